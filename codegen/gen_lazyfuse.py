@@ -1,0 +1,264 @@
+"""Generates lazyfuse's lazy-op stubs with torchgen's gen_lazy_tensor.
+
+Runs inside the CMake build. Outputs go to the build tree only:
+  LazyIr.h, LazyNonNativeIr.h      IR node classes, each with a Lower() that
+                                   emits one ATen step into a lazyfuse Program
+  LazyNativeFunctions.h            the kernel class declaration
+  LazyNativeFunctions_<k>.cpp      the lazy kernels, split in shards so that a
+                                   2-core build compiles them in parallel
+  RegisterLazy.cpp                 RegisterLazyFuseLazyNativeFunctions()
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torchgen
+import torchgen.gen_lazy_tensor as gen_lazy_tensor
+from torchgen.api.lazy import LazyArgument, LazyIrSchema, isValueType, tensorListValueT
+from torchgen.api.types import BaseCType, OptionalCType
+from torchgen.dest.lazy_ir import GenLazyIR, GenLazyNativeFuncDefinition
+from torchgen.gen import parse_native_yaml
+
+ATEN_PATH = os.path.join(os.path.dirname(torchgen.__file__), "packaged", "ATen")
+
+# Step kinds come from ATen's own tags; this table covers untagged ops whose
+# kind the fusion planner should still know.
+KIND_OVERRIDES = {
+    "fill.Scalar": "kPointwise",
+    "zero": "kPointwise",
+    "copy": "kPointwise",
+    "mse_loss": "kReduction",
+    "mse_loss_backward": "kPointwise",
+}
+
+
+def load_tags() -> dict[str, set[str]]:
+    native = os.path.join(ATEN_PATH, "native")
+    parsed = parse_native_yaml(
+        os.path.join(native, "native_functions.yaml"), os.path.join(native, "tags.yaml")
+    )
+    return {str(f.func.name): set(f.tags) for f in parsed.native_functions}
+
+
+TAGS: dict[str, set[str]] = {}
+
+
+def step_kind(op_name: str) -> str:
+    if op_name in KIND_OVERRIDES:
+        return KIND_OVERRIDES[op_name]
+    tags = TAGS.get(op_name, set())
+    if "view_copy" in tags:
+        return "kView"
+    if "pointwise" in tags:
+        return "kPointwise"
+    if "reduction" in tags:
+        return "kReduction"
+    return "kOpaque"
+
+
+def is_tensor_list(arg: LazyArgument) -> bool:
+    # torchgen tells a TensorList value from a Tensor value by object identity.
+    return isinstance(arg.lazy_type, BaseCType) and arg.lazy_type.type is tensorListValueT
+
+
+def dispatcher_arg(type_str: str, expr: str) -> str:
+    """Converts a stored node attribute into what at::_ops::<op>::call takes."""
+    bool_array = re.fullmatch(r"bool\[(\d+)\]", type_str)
+    if bool_array:
+        return f"lazyfuse::ToBoolArray<{bool_array.group(1)}>({expr})"
+    base = re.sub(r"\[\d*\]", "[]", type_str)
+    if base == "SymInt[]":
+        return f"c10::fromIntArrayRefSlow({expr})"
+    if base == "SymInt":
+        return f"c10::SymInt({expr})"
+    if base == "SymInt?":
+        return f"({expr} ? std::make_optional(c10::SymInt(*{expr})) : std::nullopt)"
+    if base == "SymInt[]?":
+        return (
+            f"({expr} ? at::OptionalSymIntArrayRef(c10::fromIntArrayRefSlow(*{expr}))"
+            " : at::OptionalSymIntArrayRef())"
+        )
+    if base == "int[]?":
+        return f"({expr} ? at::OptionalIntArrayRef(*{expr}) : at::OptionalIntArrayRef())"
+    if base == "str?":
+        return f"({expr} ? std::make_optional<c10::string_view>(*{expr}) : std::nullopt)"
+    return expr
+
+
+@dataclass(frozen=True)
+class GenLazyFuseIR(GenLazyIR):
+    """IR nodes whose Lower() emits one ATen step into the lazyfuse Program."""
+
+    def lowering_function(self, schema: LazyIrSchema) -> str:
+        signature = "void Lower(lazyfuse::LazyFuseLoweringContext& ctx) const override"
+        if schema.properties.LowerDeclOnly:
+            return f"{signature};"
+        if not schema.properties.Lower:
+            return ""
+        op_name = str(schema.func.name)
+        captures: list[str] = []
+        reads: list[str] = []
+        call_args: list[str] = []
+        for arg in schema.filtered_args():
+            local = f"a_{arg.name}"
+            if arg.is_generator:
+                call_args.append("std::nullopt")
+                continue
+            if isValueType(arg.lazy_type, schema.properties):
+                if arg.is_symint_or_list:
+                    raise RuntimeError(f"{op_name}: symbolic ints are not supported")
+                optional = isinstance(arg.lazy_type, OptionalCType)
+                if optional:
+                    captures.append(f"const bool has_{local} = has_{arg.name};")
+                if arg.is_wrapped_scalar:
+                    read = f"args.optional_scalar(has_{local})" if optional else "args.scalar()"
+                elif optional:
+                    read = f"args.optional_tensor(has_{local})"
+                elif is_tensor_list(arg):
+                    read = "args.tensor_list()"
+                else:
+                    read = "args.tensor()"
+                reads.append(f"auto {local} = {read};")
+                call_args.append(local)
+            else:
+                captures.append(f"const auto {local} = this->{arg.name};")
+                call_args.append(dispatcher_arg(str(arg.orig_type), local))
+        aten_op = schema.func.name.unambiguous_name()
+        capture_block = "\n    ".join(captures)
+        read_block = "\n      ".join(reads)
+        return f"""{signature} {{
+    {capture_block}
+    ctx.EmitStep(this, lazyfuse::StepKind::{step_kind(op_name)},
+        [=](lazyfuse::KernelArgs& args) -> std::vector<at::Tensor> {{
+      {read_block}
+      return lazyfuse::AsTensorList(at::_ops::{aten_op}::call({", ".join(call_args)}));
+    }});
+  }}"""
+
+    def can_be_reused_function(self, schema: LazyIrSchema, node_ctor_args: str) -> str:
+        checks = []
+        values = schema.filtered_args(values=True, scalars=False)
+        for arg in values:
+            if isinstance(arg.lazy_type, OptionalCType):
+                checks.append(f"nullable_operand(i++) == {arg.name}.value_or(kNullValue)")
+            else:
+                checks.append(f"operand(i++) == {arg.name}")
+        for arg in schema.filtered_args(values=False, scalars=True):
+            if arg.lazy_type.cpp_type() == "at::Scalar":
+                checks.append(f"lazyfuse::SameScalar(this->{arg.name}, {arg.name})")
+            else:
+                checks.append(f"this->{arg.name} == {arg.name}")
+        body = " &&\n        ".join(checks) if checks else "true"
+        return f"""bool CanBeReused({node_ctor_args}) const {{
+    [[maybe_unused]] size_t i = 0;
+    return ({body});
+  }}"""
+
+
+@dataclass(frozen=True)
+class GenLazyFuseNativeFuncDefinition(GenLazyNativeFuncDefinition):
+    """Adds a device check so a CPU tensor mixed into a lazy op is a clear error."""
+
+    def lazy_tensor_decls(self, func, schema: LazyIrSchema) -> str:  # type: ignore[no-untyped-def]
+        op = f"aten::{func.func.name}"
+        checks = []
+        for arg in schema.filtered_args(values=True, scalars=False):
+            if arg.is_wrapped_scalar or arg.is_symint_or_list:
+                continue
+            if is_tensor_list(arg):
+                checks.append(f'lazyfuse::CheckOnLazyDevice("{op}", "{arg.name}", {arg.name});')
+            else:
+                checks.append(f'lazyfuse::CheckOnLazyDevice("{op}", "{arg.name}", {arg.name});')
+        return "\n        ".join(checks + [super().lazy_tensor_decls(func, schema)])
+
+
+def validate_with_torch_header(extra_hdr: str):  # type: ignore[no-untyped-def]
+    """torchgen reads a single header for compute_shape_* declarations; ours
+    only adds to torch's, so validate against both texts joined."""
+    original = gen_lazy_tensor.validate_shape_inference_header
+    torch_hdr = Path(sys.modules["torch"].__file__).parent / "include" / (
+        "torch/csrc/lazy/core/shape_inference.h"
+    )
+
+    def validate(_hdr: str, expected: list[str]) -> None:
+        with tempfile.NamedTemporaryFile("w", suffix=".h", delete=False) as joined:
+            joined.write(torch_hdr.read_text() + "\n" + Path(extra_hdr).read_text())
+        try:
+            original(joined.name, expected)
+        except Exception as error:
+            raise RuntimeError(str(error).replace(joined.name, extra_hdr)) from None
+        finally:
+            os.unlink(joined.name)
+
+    return validate
+
+
+DEFINITION_START = re.compile(r"^    \S.*\bLazyNativeFunctions::\w+\(")
+
+
+def split_native_functions(path: Path, shards: int) -> None:
+    """Splits LazyNativeFunctions.cpp into shards that share its prologue."""
+    lines = path.read_text().splitlines(keepends=True)
+    starts = [i for i, line in enumerate(lines) if DEFINITION_START.match(line)]
+    if not starts:
+        raise RuntimeError(f"no kernel definitions found in {path}")
+    prologue = "".join(lines[: starts[0]])
+    epilogue_at = max(i for i, line in enumerate(lines) if line.startswith("} // namespace"))
+    epilogue = "".join(lines[epilogue_at:])
+    bounds = starts + [epilogue_at]
+    bodies = ["".join(lines[bounds[k] : bounds[k + 1]]) for k in range(len(starts))]
+    per_shard = -(-len(bodies) // shards)
+    for k in range(shards):
+        chunk = bodies[k * per_shard : (k + 1) * per_shard]
+        out = path.with_name(f"LazyNativeFunctions_{k}.cpp")
+        out.write_text(prologue + "".join(chunk) + epilogue)
+    path.unlink()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--yaml", required=True)
+    parser.add_argument("--output-dir", required=True)
+    parser.add_argument("--shape-inference-hdr", required=True)
+    parser.add_argument("--shards", type=int, default=4)
+    options = parser.parse_args()
+
+    import torch  # noqa: F401  (validate_with_torch_header finds torch's header)
+
+    TAGS.update(load_tags())
+    gen_lazy_tensor.validate_shape_inference_header = validate_with_torch_header(
+        options.shape_inference_hdr
+    )
+    os.makedirs(options.output_dir, exist_ok=True)
+    gen_lazy_tensor.run_gen_lazy_tensor(
+        aten_path=ATEN_PATH,
+        source_yaml=options.yaml,
+        output_dir=options.output_dir,
+        dry_run=False,
+        impl_path=None,
+        node_base="lazyfuse::LazyFuseNode",
+        node_base_hdr="lazyfuse/lazyfuse_codegen_prelude.h",
+        tensor_class="torch::lazy::LazyTensor",
+        tensor_class_hdr="torch/csrc/lazy/core/tensor.h",
+        shape_inference_hdr="lazyfuse/lazyfuse_shape_inference.h",
+        lazy_ir_generator=GenLazyFuseIR,
+        native_func_definition_generator=GenLazyFuseNativeFuncDefinition,
+        backend_name="LazyFuse",
+    )
+    output_dir = Path(options.output_dir)
+    split_native_functions(output_dir / "LazyNativeFunctions.cpp", options.shards)
+    # torchgen leaves unchanged files untouched; bump every output so the
+    # build sees them newer than their inputs and does not rerun this step.
+    for path in output_dir.iterdir():
+        path.touch()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,38 @@
+#pragma once
+
+// Data on the backing device. A value is either an at::Tensor on the backing
+// device, or a host scalar: a 0-dim CPU tensor. Host scalars (learning rates,
+// loss scales, alpha arguments) are read with item() on the host, so they
+// never force a device sync, and as graph parameters their value never
+// enters the graph hash.
+
+#include <ATen/Tensor.h>
+#include <torch/csrc/lazy/backend/backend_data.h>
+
+namespace lazyfuse {
+
+class LazyFuseBackendData : public torch::lazy::BackendData {
+ public:
+  // A placeholder, filled in by Assign() once the graph producing it ran.
+  LazyFuseBackendData(torch::lazy::BackendDevice device, torch::lazy::Shape shape);
+  LazyFuseBackendData(
+      torch::lazy::BackendDevice device,
+      torch::lazy::Shape shape,
+      at::Tensor value);
+
+  Handle GetHandle() override {
+    return reinterpret_cast<Handle>(this);
+  }
+  void Assign(const torch::lazy::BackendData& data) override;
+  bool HasValue() const override {
+    return value_.defined();
+  }
+
+  const at::Tensor& tensor() const;
+  bool is_host_scalar() const;
+
+ private:
+  at::Tensor value_;
+};
+
+} // namespace lazyfuse

@@ -1,0 +1,53 @@
+#include "lazyfuse/lazyfuse_device_checks.h"
+
+#include <ATen/core/IListRef.h>
+
+#include <c10/util/Exception.h>
+
+namespace lazyfuse {
+
+void CheckOnLazyDevice(const char* op, const char* arg, const at::Tensor& tensor) {
+  if (!tensor.defined() || tensor.device().type() == c10::kLazy) {
+    return;
+  }
+  const bool cpu_scalar = tensor.is_cpu() && tensor.dim() == 0;
+  TORCH_CHECK(
+      cpu_scalar,
+      "Expected all tensors to be on the same device, but found at least two devices, lazy:0 and ",
+      tensor.device(),
+      "! (when checking argument '",
+      arg,
+      "' of ",
+      op,
+      "; move it with .to(lazyfuse.lazy_device()))");
+}
+
+void CheckOnLazyDevice(const char* op, const char* arg, const std::optional<at::Tensor>& tensor) {
+  if (tensor.has_value()) {
+    CheckOnLazyDevice(op, arg, *tensor);
+  }
+}
+
+void CheckOnLazyDevice(const char* op, const char* arg, const at::ITensorListRef& tensors) {
+  for (const at::Tensor& tensor : tensors) {
+    CheckOnLazyDevice(op, arg, tensor);
+  }
+}
+
+bool SameScalar(const at::Scalar& a, const at::Scalar& b) {
+  if (a.type() != b.type()) {
+    return false;
+  }
+  if (a.isFloatingPoint()) {
+    return a.toDouble() == b.toDouble();
+  }
+  if (a.isBoolean()) {
+    return a.toBool() == b.toBool();
+  }
+  if (a.isComplex()) {
+    return a.toComplexDouble() == b.toComplexDouble();
+  }
+  return a.toLong() == b.toLong();
+}
+
+} // namespace lazyfuse

@@ -1,0 +1,24 @@
+#pragma once
+
+// Argument checks the generated lazy kernels run before building IR, so that
+// misuse ends in an exception naming the op instead of a crash.
+
+#include <ATen/Tensor.h>
+#include <ATen/core/ATen_fwd.h>
+#include <c10/core/Scalar.h>
+
+#include <optional>
+
+namespace lazyfuse {
+
+// A tensor argument of a lazy op must be lazy, or a CPU scalar (which, as in
+// eager CUDA, may mix with device tensors).
+void CheckOnLazyDevice(const char* op, const char* arg, const at::Tensor& tensor);
+void CheckOnLazyDevice(const char* op, const char* arg, const std::optional<at::Tensor>& tensor);
+void CheckOnLazyDevice(const char* op, const char* arg, const at::ITensorListRef& tensors);
+
+// Exact equality of two scalars, type included (IR reuse must not recycle a
+// node built for 1 when 1.0 is asked for).
+bool SameScalar(const at::Scalar& a, const at::Scalar& b);
+
+} // namespace lazyfuse

@@ -1,0 +1,17 @@
+#pragma once
+
+// Boxed fallback for ops lazyfuse does not lower: the lazy arguments are
+// materialised on the backing device, the op runs there eagerly, and its
+// results come back as new lazy tensors. Every use is counted per op under
+// "aten::<name>" and warned about once per op.
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+
+namespace lazyfuse {
+
+void LazyFuseEagerFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
+void RegisterEagerFallback();
+
+} // namespace lazyfuse

@@ -1,0 +1,55 @@
+#include "lazyfuse/lazyfuse_executor.h"
+
+#include <ATen/core/LegacyTypeDispatch.h>
+#include <c10/util/Exception.h>
+#include <torch/csrc/lazy/core/metrics.h>
+
+namespace lazyfuse {
+
+std::vector<at::Tensor> RunProgram(const Program& program, std::vector<at::Tensor> parameters) {
+  TORCH_CHECK(
+      parameters.size() == program.parameters.size(),
+      "lazyfuse: program takes ",
+      program.parameters.size(),
+      " parameters, got ",
+      parameters.size());
+  // Steps run on plain backing-device tensors; autograd was already applied
+  // while tracing.
+  at::AutoDispatchBelowADInplaceOrView below_autograd;
+  std::vector<at::Tensor> slots(program.buffers.size());
+  for (size_t k = 0; k < parameters.size(); ++k) {
+    slots[program.parameters[k]] = std::move(parameters[k]);
+  }
+  for (const auto& constant : program.constants) {
+    slots[constant.first] = constant.second;
+  }
+  for (size_t i = 0; i < program.steps.size(); ++i) {
+    const Step& step = program.steps[i];
+    KernelArgs args(slots, step.inputs, step.operand_arity, step.op.c_str());
+    std::vector<at::Tensor> outs = step.fn(args);
+    TORCH_CHECK(
+        outs.size() == step.outputs.size(),
+        "lazyfuse: ",
+        step.op,
+        " returned ",
+        outs.size(),
+        " tensors, expected ",
+        step.outputs.size());
+    for (size_t j = 0; j < outs.size(); ++j) {
+      slots[step.outputs[j]] = std::move(outs[j]);
+    }
+    for (BufferId id : program.release_after[i]) {
+      slots[id].reset();
+    }
+  }
+  std::vector<at::Tensor> results;
+  results.reserve(program.results.size());
+  for (BufferId id : program.results) {
+    results.push_back(slots[id]);
+  }
+  TORCH_LAZY_COUNTER("LazyFuseGraphsExecuted", 1);
+  TORCH_LAZY_VALUE_METRIC("LazyFuseStepsPerGraph", program.steps.size());
+  return results;
+}
+
+} // namespace lazyfuse

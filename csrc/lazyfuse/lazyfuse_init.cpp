@@ -1,0 +1,40 @@
+#include "lazyfuse/lazyfuse_init.h"
+
+#include <c10/util/Exception.h>
+#include <torch/csrc/lazy/backend/backend_interface.h>
+#include <torch/csrc/lazy/core/lazy_graph_executor.h>
+
+#include <mutex>
+
+#include "lazyfuse/lazyfuse_backend_impl.h"
+#include "lazyfuse/lazyfuse_config.h"
+#include "lazyfuse/lazyfuse_eager_fallback.h"
+
+namespace at {
+// Generated into RegisterLazy.cpp by torchgen (backend_name "LazyFuse").
+void RegisterLazyFuseLazyNativeFunctions();
+} // namespace at
+
+namespace lazyfuse {
+
+void InitLazyFuseBackend() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    // Everything that can fail runs before the first registration, so a
+    // failure leaves the dispatcher untouched.
+    TORCH_CHECK(
+        !torch::lazy::hasBackend(),
+        "lazyfuse: another Lazy Tensor Core backend is already initialised in this process "
+        "(torch._lazy.ts_backend.init() was called). lazyfuse and the TorchScript lazy backend "
+        "cannot share a process; import lazyfuse in a fresh process instead.");
+    InitBackingDeviceFromEnv();
+    static torch::lazy::BackendRegistrar registrar(GetLazyFuseBackendImpl());
+    // Leaked on purpose: LTC may still call into it from exit-time teardown.
+    static auto* executor = new torch::lazy::LazyGraphExecutor();
+    torch::lazy::LazyGraphExecutor::Register(executor);
+    at::RegisterLazyFuseLazyNativeFunctions();
+    RegisterEagerFallback();
+  });
+}
+
+} // namespace lazyfuse

@@ -1,0 +1,125 @@
+#pragma once
+
+// A Program is one lowered lazy graph: an ordered list of steps over numbered
+// buffers. It is the unit the executor runs and that the fusion planner
+// (issue "Fused CUDA kernels") will group into kernels, so every step carries
+// its op, its kind and the dtypes and sizes of everything it touches.
+
+#include <ATen/Tensor.h>
+#include <c10/core/ScalarType.h>
+
+#include <array>
+#include <functional>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace lazyfuse {
+
+using BufferId = int32_t;
+
+enum class StepKind { kPointwise, kReduction, kView, kOpaque };
+
+const char* StepKindName(StepKind kind);
+
+struct BufferInfo {
+  at::ScalarType dtype = at::kFloat;
+  std::vector<int64_t> sizes;
+};
+
+// Reads a step's inputs in schema order. Generated lowerings consume it with
+// one call per argument, so a TensorList argument takes its whole group.
+class KernelArgs {
+ public:
+  KernelArgs(
+      const std::vector<at::Tensor>& slots,
+      const std::vector<BufferId>& inputs,
+      const std::vector<uint32_t>& operand_arity,
+      const char* op);
+
+  const at::Tensor& tensor();
+  std::optional<at::Tensor> optional_tensor(bool present);
+  std::vector<at::Tensor> tensor_list();
+  at::Scalar scalar();
+  std::optional<at::Scalar> optional_scalar(bool present);
+
+ private:
+  const at::Tensor& Next();
+
+  const std::vector<at::Tensor>& slots_;
+  const std::vector<BufferId>& inputs_;
+  const std::vector<uint32_t>& operand_arity_;
+  const char* op_;
+  size_t next_input_ = 0;
+  size_t next_operand_ = 0;
+};
+
+using StepFn = std::function<std::vector<at::Tensor>(KernelArgs&)>;
+
+struct Step {
+  std::string op;
+  std::string detail;
+  StepKind kind = StepKind::kOpaque;
+  std::vector<BufferId> inputs;
+  // Buffers per operand; empty when every operand is a single tensor.
+  std::vector<uint32_t> operand_arity;
+  std::vector<BufferId> outputs;
+  StepFn fn;
+};
+
+struct Program {
+  std::vector<BufferInfo> buffers;
+  // parameters[k] is the buffer bound to the k-th computation argument.
+  std::vector<BufferId> parameters;
+  std::vector<std::pair<BufferId, at::Tensor>> constants;
+  std::vector<Step> steps;
+  std::vector<BufferId> results;
+  // Buffers whose last reader is step i, dropped right after it runs.
+  std::vector<std::vector<BufferId>> release_after;
+
+  std::string ToString() const;
+};
+
+class ProgramBuilder {
+ public:
+  BufferId AddBuffer(at::ScalarType dtype, std::vector<int64_t> sizes);
+  BufferId AddParameter(at::ScalarType dtype, std::vector<int64_t> sizes);
+  BufferId AddConstant(at::Tensor value);
+  void AddStep(Step step);
+  size_t AddResult(BufferId buffer);
+
+  const Program& program() const {
+    return program_;
+  }
+  // Computes buffer lifetimes and hands the Program over.
+  Program Finish();
+
+ private:
+  Program program_;
+};
+
+inline std::vector<at::Tensor> AsTensorList(at::Tensor tensor) {
+  return {std::move(tensor)};
+}
+inline std::vector<at::Tensor> AsTensorList(std::vector<at::Tensor> tensors) {
+  return tensors;
+}
+// IR nodes store bool[N] attributes as a vector; ATen takes a std::array.
+template <size_t N>
+std::array<bool, N> ToBoolArray(const std::vector<bool>& values) {
+  std::array<bool, N> out{};
+  for (size_t i = 0; i < N && i < values.size(); ++i) {
+    out[i] = values[i];
+  }
+  return out;
+}
+
+template <typename... Ts>
+std::vector<at::Tensor> AsTensorList(std::tuple<Ts...> tensors) {
+  return std::apply(
+      [](auto&&... t) { return std::vector<at::Tensor>{t...}; },
+      std::move(tensors));
+}
+
+} // namespace lazyfuse

@@ -1,0 +1,46 @@
+#include "lazyfuse/lazyfuse_shape_inference.h"
+
+#include <ATen/ExpandUtils.h>
+#include <ATen/native/TypeProperties.h>
+
+namespace torch::lazy {
+
+std::vector<Shape> compute_shape_where(
+    const at::Tensor& condition,
+    const at::Tensor& self,
+    const at::Tensor& other) {
+  TORCH_CHECK(
+      condition.scalar_type() == at::kBool || condition.scalar_type() == at::kByte,
+      "where expected condition to be a boolean tensor, but got a tensor with dtype ",
+      condition.scalar_type());
+  auto sizes = at::infer_size(condition.sizes(), at::infer_size(self.sizes(), other.sizes()));
+  return {Shape(at::result_type(self, other), sizes)};
+}
+
+std::vector<Shape> compute_shape_copy(
+    const at::Tensor& self,
+    const at::Tensor& src,
+    bool /*non_blocking*/) {
+  // copy broadcasts src into self's shape and keeps self's dtype.
+  TORCH_CHECK(
+      at::is_expandable_to(src.sizes(), self.sizes()),
+      "copy: source of shape ",
+      src.sizes(),
+      " cannot be broadcast to destination of shape ",
+      self.sizes());
+  return {Shape(self.scalar_type(), self.sizes().vec())};
+}
+
+std::vector<Shape> compute_shape_fill(const at::Tensor& self, const at::Scalar& /*value*/) {
+  return {Shape(self.scalar_type(), self.sizes().vec())};
+}
+
+std::vector<Shape> compute_shape_mse_loss_backward(
+    const at::Tensor& /*grad_output*/,
+    const at::Tensor& self,
+    const at::Tensor& /*target*/,
+    int64_t /*reduction*/) {
+  return {Shape(self.scalar_type(), self.sizes().vec())};
+}
+
+} // namespace torch::lazy

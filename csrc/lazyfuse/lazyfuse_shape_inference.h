@@ -1,0 +1,17 @@
+#pragma once
+
+// compute_shape_* functions for ops that have neither a meta kernel nor a
+// shape function in torch. torchgen calls them as torch::lazy::compute_shape_<op>,
+// so they are declared in that namespace; each line below is the exact
+// declaration torchgen expects.
+
+#include <torch/csrc/lazy/core/shape_inference.h>
+
+namespace torch::lazy {
+// clang-format off
+TORCH_API std::vector<torch::lazy::Shape> compute_shape_where(const at::Tensor & condition, const at::Tensor & self, const at::Tensor & other);
+TORCH_API std::vector<torch::lazy::Shape> compute_shape_copy(const at::Tensor & self, const at::Tensor & src, bool non_blocking);
+TORCH_API std::vector<torch::lazy::Shape> compute_shape_fill(const at::Tensor & self, const at::Scalar & value);
+TORCH_API std::vector<torch::lazy::Shape> compute_shape_mse_loss_backward(const at::Tensor & grad_output, const at::Tensor & self, const at::Tensor & target, int64_t reduction);
+// clang-format on
+} // namespace torch::lazy

@@ -1,0 +1,102 @@
+// lazyfuse._C: the small native surface python/lazyfuse builds on.
+
+#include <torch/csrc/lazy/backend/backend_interface.h>
+#include <torch/csrc/lazy/core/ir_dump_util.h>
+#include <torch/csrc/lazy/core/lazy_graph_executor.h>
+#include <torch/csrc/lazy/core/metrics.h>
+#include <torch/csrc/lazy/core/tensor.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include "lazyfuse/lazyfuse_backend_impl.h"
+#include "lazyfuse/lazyfuse_config.h"
+#include "lazyfuse/lazyfuse_init.h"
+#include "lazyfuse/lazyfuse_node.h"
+
+namespace lazyfuse {
+namespace {
+
+torch::lazy::BackendDevice DefaultBackendDevice() {
+  return torch::lazy::getBackend()->GetBackendDevice(c10::Device(c10::kLazy, 0));
+}
+
+std::vector<const torch::lazy::Node*> RootsOf(const std::vector<at::Tensor>& tensors) {
+  std::vector<const torch::lazy::Node*> roots;
+  for (const at::Tensor& tensor : tensors) {
+    auto lazy = torch::lazy::TryGetLtcTensor(tensor);
+    TORCH_CHECK(lazy, "lazyfuse.debug: expected lazy tensors, got one on ", tensor.device());
+    torch::lazy::Value value = lazy->CurrentIrValue();
+    if (value) {
+      roots.push_back(value.node.get());
+    }
+  }
+  return roots;
+}
+
+void MarkStep(bool wait) {
+  TORCH_LAZY_COUNTER("MarkStep", 1);
+  auto device = DefaultBackendDevice();
+  auto* executor = torch::lazy::LazyGraphExecutor::Get();
+  executor->SyncLiveTensorsGraph(&device, /*devices=*/{}, wait);
+  executor->MarkStep(device);
+}
+
+py::dict MetricSummary(const std::string& name) {
+  py::dict out;
+  torch::lazy::MetricData* data = torch::lazy::GetMetric(name);
+  if (data == nullptr) {
+    return out;
+  }
+  double accumulator = 0.0;
+  size_t total = 0;
+  auto samples = data->Samples(&accumulator, &total);
+  std::vector<double> values;
+  values.reserve(samples.size());
+  for (const auto& sample : samples) {
+    values.push_back(sample.value);
+  }
+  out["total_samples"] = total;
+  out["accumulator"] = accumulator;
+  out["samples"] = values;
+  return out;
+}
+
+} // namespace
+} // namespace lazyfuse
+
+PYBIND11_MODULE(_C, m) {
+  using namespace lazyfuse;
+  m.doc() = "lazyfuse native bindings; use the lazyfuse package instead";
+  m.def("_init", &InitLazyFuseBackend);
+  m.def("_mark_step", &MarkStep, py::arg("wait") = false,
+        py::call_guard<py::gil_scoped_release>());
+  m.def(
+      "_wait_device_ops",
+      [] { torch::lazy::LazyGraphExecutor::Get()->WaitDeviceOps({}); },
+      py::call_guard<py::gil_scoped_release>());
+  m.def("_backing_device", [] { return BackingDevice().str(); });
+  m.def("_reuse_ir", &ReuseIrEnabled);
+  m.def("_set_reuse_ir", &SetReuseIr);
+  m.def("_counter_names", &torch::lazy::GetCounterNames);
+  m.def("_counter_value", [](const std::string& name) -> int64_t {
+    torch::lazy::CounterData* data = torch::lazy::GetCounter(name);
+    return data ? data->Value() : 0;
+  });
+  m.def("_metric_names", &torch::lazy::GetMetricNames);
+  m.def("_metric_summary", &MetricSummary);
+  m.def("_metrics_report", [] { return torch::lazy::CreateMetricReport(); });
+  m.def("_reset_metrics", [] {
+    torch::lazy::MetricsArena::Get()->ResetCounters();
+    torch::lazy::MetricsArena::Get()->ResetMetrics();
+  });
+  m.def("_ir_text", [](const std::vector<at::Tensor>& tensors) {
+    return torch::lazy::DumpUtil::ToText(RootsOf(tensors));
+  });
+  m.def("_ir_dot", [](const std::vector<at::Tensor>& tensors) {
+    return torch::lazy::DumpUtil::ToDot(RootsOf(tensors));
+  });
+  m.def("_last_program_text", []() -> std::string {
+    auto program = LastCompiledProgram();
+    return program ? program->ToString() : std::string();
+  });
+  m.def("_nodes_created", &LazyFuseNode::CreatedCount);
+}

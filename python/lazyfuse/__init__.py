@@ -1,0 +1,41 @@
+"""lazyfuse: a lazy-tensor device for PyTorch.
+
+Ops on tensors placed on :func:`lazy_device` only record IR. The pending graph
+is compiled once per graph hash and run when :func:`mark_step` is called or a
+value is read (``print``, ``.cpu()``, ``.item()``, a tensor in an ``if``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from lazyfuse import _C
+
+# Importing lazyfuse registers it as the process's `lazy` device.
+_C._init()
+
+from lazyfuse import config, debug, metrics  # noqa: E402
+
+__all__ = ["config", "debug", "lazy_device", "mark_step", "metrics", "wait_device_ops"]
+
+
+def lazy_device(index: int = 0) -> torch.device:
+    """Returns the lazy device, ``torch.device("lazy", index)``.
+
+    Move models and tensors there with ``.to(lazyfuse.lazy_device())``.
+    """
+    return torch.device("lazy", index)
+
+
+def mark_step(wait: bool = False) -> None:
+    """Compiles (or finds in the cache) and runs the graph of every live lazy tensor.
+
+    Call it once per training step. With ``wait=True`` it returns only after the
+    backing device has finished the work.
+    """
+    _C._mark_step(wait)
+
+
+def wait_device_ops() -> None:
+    """Blocks until every graph already launched on the backing device has finished."""
+    _C._wait_device_ops()

@@ -1,0 +1,52 @@
+"""Counters and metrics of the lazy device.
+
+LTC's own counters are here (``CachedCompile``, ``UncachedCompile``,
+``MarkStep``, ``IrNodeReused_*``), next to lazyfuse's: ``LazyFuseGraphsExecuted``,
+the ``LazyFuseStepsPerGraph`` metric, and one ``aten::<name>`` counter per op
+that fell back to eager execution.
+"""
+
+from __future__ import annotations
+
+from lazyfuse import _C
+
+GRAPHS_EXECUTED = "LazyFuseGraphsExecuted"
+STEPS_PER_GRAPH = "LazyFuseStepsPerGraph"
+
+
+def counter_names() -> list[str]:
+    """Returns the names of every counter that has counted something."""
+    return list(_C._counter_names())
+
+
+def counter_value(name: str) -> int:
+    """Returns a counter's value, 0 for a counter never touched."""
+    return int(_C._counter_value(name))
+
+
+def counters() -> dict[str, int]:
+    """Returns every counter as a name -> value dict."""
+    return {name: counter_value(name) for name in counter_names()}
+
+
+def steps_per_graph() -> list[float]:
+    """Returns the step count of each recently executed graph (oldest first)."""
+    summary = _C._metric_summary(STEPS_PER_GRAPH)
+    return list(summary.get("samples", []))
+
+
+def fallback_counts() -> dict[str, int]:
+    """Returns the ops that ran through the eager fallback, with their counts."""
+    return {name: value for name, value in counters().items() if name.startswith("aten::")}
+
+
+def report() -> str:
+    """Returns a text report of every metric and counter, fallbacks listed first."""
+    fallbacks = fallback_counts()
+    lines = ["lazyfuse fallbacks: " + (", ".join(f"{k}={v}" for k, v in sorted(fallbacks.items())) or "none")]
+    return "\n".join(lines) + "\n" + _C._metrics_report()
+
+
+def reset() -> None:
+    """Resets every counter and metric to zero."""
+    _C._reset_metrics()

@@ -1,0 +1,205 @@
+// Program building, buffer lifetimes, execution, node hashing and the
+// hand-written shape functions, tested without the Python layer.
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include "lazyfuse/lazyfuse_executor.h"
+#include "lazyfuse/lazyfuse_node.h"
+#include "lazyfuse/lazyfuse_program.h"
+#include "lazyfuse/lazyfuse_shape_inference.h"
+
+namespace lazyfuse {
+namespace {
+
+StepFn AddFn() {
+  return [](KernelArgs& args) -> std::vector<at::Tensor> {
+    const at::Tensor& a = args.tensor();
+    const at::Tensor& b = args.tensor();
+    return {at::add(a, b)};
+  };
+}
+
+// y = (p0 + p1) * (p0 + p1) + c, with c = 1 as a host constant.
+Program BuildSquarePlusOne() {
+  ProgramBuilder b;
+  BufferId p0 = b.AddParameter(at::kFloat, {4});
+  BufferId p1 = b.AddParameter(at::kFloat, {4});
+  BufferId c = b.AddConstant(at::scalar_tensor(1.0));
+  BufferId sum = b.AddBuffer(at::kFloat, {4});
+  BufferId sq = b.AddBuffer(at::kFloat, {4});
+  BufferId out = b.AddBuffer(at::kFloat, {4});
+  b.AddStep(Step{"aten::add", "", StepKind::kPointwise, {p0, p1}, {}, {sum}, AddFn()});
+  b.AddStep(Step{
+      "aten::mul",
+      "",
+      StepKind::kPointwise,
+      {sum, sum},
+      {},
+      {sq},
+      [](KernelArgs& args) -> std::vector<at::Tensor> {
+        const at::Tensor& x = args.tensor();
+        const at::Tensor& y = args.tensor();
+        return {at::mul(x, y)};
+      }});
+  b.AddStep(Step{"aten::add", "", StepKind::kPointwise, {sq, c}, {}, {out}, AddFn()});
+  b.AddResult(out);
+  return b.Finish();
+}
+
+TEST(ProgramTest, BuildsStepsOverNumberedBuffers) {
+  Program p = BuildSquarePlusOne();
+  EXPECT_EQ(p.buffers.size(), 6u);
+  EXPECT_EQ(p.parameters.size(), 2u);
+  EXPECT_EQ(p.steps.size(), 3u);
+  EXPECT_EQ(p.results, std::vector<BufferId>{5});
+  EXPECT_EQ(p.steps[1].kind, StepKind::kPointwise);
+  const std::string text = p.ToString();
+  EXPECT_NE(text.find("aten::mul"), std::string::npos) << text;
+  EXPECT_NE(text.find("%5:Float[4]"), std::string::npos) << text;
+}
+
+TEST(ProgramTest, ReleasesEachBufferAfterItsLastReader) {
+  Program p = BuildSquarePlusOne();
+  ASSERT_EQ(p.release_after.size(), 3u);
+  // Parameters die after the first add, the sum after the mul, the square
+  // and the constant after the last add; the result is never released.
+  EXPECT_EQ(p.release_after[0], (std::vector<BufferId>{0, 1}));
+  EXPECT_EQ(p.release_after[1], (std::vector<BufferId>{3}));
+  EXPECT_EQ(p.release_after[2], (std::vector<BufferId>{2, 4}));
+}
+
+TEST(ProgramTest, UnusedOutputIsReleasedRightAway) {
+  ProgramBuilder b;
+  BufferId p0 = b.AddParameter(at::kFloat, {2, 3});
+  BufferId values = b.AddBuffer(at::kFloat, {2});
+  BufferId indices = b.AddBuffer(at::kLong, {2});
+  b.AddStep(Step{
+      "aten::max",
+      "",
+      StepKind::kReduction,
+      {p0},
+      {},
+      {values, indices},
+      [](KernelArgs& args) -> std::vector<at::Tensor> {
+        return AsTensorList(at::max(args.tensor(), 1));
+      }});
+  b.AddResult(values);
+  Program p = b.Finish();
+  EXPECT_EQ(p.release_after[0], (std::vector<BufferId>{0, 2}));
+  auto out = RunProgram(p, {at::tensor({1.f, 5.f, 2.f, 7.f, 0.f, 3.f}).view({2, 3})});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_TRUE(at::equal(out[0], at::tensor({5.f, 7.f})));
+}
+
+TEST(ProgramTest, ExecutesOnTheBackingDevice) {
+  Program p = BuildSquarePlusOne();
+  at::Tensor a = at::arange(4, at::kFloat);
+  at::Tensor b = at::ones({4});
+  auto out = RunProgram(p, {a, b});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_TRUE(at::allclose(out[0], (a + b) * (a + b) + 1));
+}
+
+TEST(ProgramTest, RejectsWrongParameterCount) {
+  Program p = BuildSquarePlusOne();
+  EXPECT_THROW(RunProgram(p, {at::ones({4})}), c10::Error);
+}
+
+TEST(ProgramTest, RejectsStepReadingUnknownBuffer) {
+  ProgramBuilder b;
+  EXPECT_THROW(
+      b.AddStep(Step{"aten::neg", "", StepKind::kPointwise, {7}, {}, {}, AddFn()}), c10::Error);
+}
+
+TEST(ProgramTest, TensorListOperandsAreGrouped) {
+  ProgramBuilder b;
+  BufferId p0 = b.AddParameter(at::kFloat, {2});
+  BufferId p1 = b.AddParameter(at::kFloat, {3});
+  BufferId out = b.AddBuffer(at::kFloat, {5});
+  b.AddStep(Step{
+      "aten::cat",
+      "",
+      StepKind::kOpaque,
+      {p0, p1},
+      {2},
+      {out},
+      [](KernelArgs& args) -> std::vector<at::Tensor> { return {at::cat(args.tensor_list())}; }});
+  b.AddResult(out);
+  auto result = RunProgram(b.Finish(), {at::zeros({2}), at::ones({3})});
+  EXPECT_TRUE(at::equal(result[0], at::tensor({0.f, 0.f, 1.f, 1.f, 1.f})));
+}
+
+TEST(NodeHashTest, HashCoversOpShapeAndOperands) {
+  using torch::lazy::Shape;
+  auto leaf = [](std::vector<int64_t> sizes) {
+    return std::make_shared<LazyFuseNode>(
+        torch::lazy::OpKind(c10::Symbol::prim("leaf")),
+        torch::lazy::OpList{},
+        Shape(at::kFloat, std::move(sizes)),
+        1,
+        torch::lazy::hash_t(7));
+  };
+  auto a = leaf({4});
+  auto b = leaf({4});
+  auto c = leaf({5});
+  EXPECT_EQ(a->hash(), b->hash());
+  EXPECT_NE(a->hash(), c->hash());
+
+  auto neg = [](const torch::lazy::NodePtr& input, torch::lazy::hash_t seed) {
+    std::vector<Shape> shapes{input->shape()};
+    torch::lazy::Value value(input, 0);
+    return std::make_shared<LazyFuseNode>(
+        torch::lazy::OpKind(c10::Symbol::aten("neg")),
+        torch::lazy::OpList{value},
+        std::move(shapes),
+        1,
+        seed);
+  };
+  EXPECT_EQ(neg(a, 1)->hash(), neg(b, 1)->hash());
+  EXPECT_NE(neg(a, 1)->hash(), neg(c, 1)->hash());
+  EXPECT_NE(neg(a, 1)->hash(), neg(a, 2)->hash());
+}
+
+TEST(NodeHashTest, CountsCreatedNodes) {
+  const int64_t before = LazyFuseNode::CreatedCount();
+  LazyFuseNode node(
+      torch::lazy::OpKind(c10::Symbol::prim("leaf")),
+      torch::lazy::OpList{},
+      torch::lazy::Shape(at::kFloat, {1}),
+      1,
+      torch::lazy::hash_t(0));
+  EXPECT_EQ(LazyFuseNode::CreatedCount(), before + 1);
+}
+
+TEST(ShapeInferenceTest, WhereBroadcastsAndPromotes) {
+  auto shapes = torch::lazy::compute_shape_where(
+      at::empty({3, 1}, at::kBool), at::empty({1, 4}, at::kFloat), at::empty({4}, at::kDouble));
+  ASSERT_EQ(shapes.size(), 1u);
+  EXPECT_EQ(shapes[0].sizes().vec(), (std::vector<int64_t>{3, 4}));
+  EXPECT_EQ(shapes[0].scalar_type(), at::kDouble);
+  EXPECT_THROW(
+      torch::lazy::compute_shape_where(
+          at::empty({3}, at::kFloat), at::empty({3}), at::empty({3})),
+      c10::Error);
+}
+
+TEST(ShapeInferenceTest, CopyKeepsDestinationAndChecksBroadcast) {
+  auto shapes =
+      torch::lazy::compute_shape_copy(at::empty({2, 3}, at::kDouble), at::empty({3}), false);
+  EXPECT_EQ(shapes[0].sizes().vec(), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(shapes[0].scalar_type(), at::kDouble);
+  EXPECT_THROW(
+      torch::lazy::compute_shape_copy(at::empty({2, 3}), at::empty({4}), false), c10::Error);
+}
+
+TEST(ShapeInferenceTest, FillAndMseLossBackwardKeepInputShape) {
+  auto fill = torch::lazy::compute_shape_fill(at::empty({5}, at::kInt), 3);
+  EXPECT_EQ(fill[0].scalar_type(), at::kInt);
+  auto grad = torch::lazy::compute_shape_mse_loss_backward(
+      at::empty({}), at::empty({2, 2}), at::empty({2, 2}), 1);
+  EXPECT_EQ(grad[0].sizes().vec(), (std::vector<int64_t>{2, 2}));
+}
+
+} // namespace
+} // namespace lazyfuse
