@@ -176,7 +176,32 @@ class GenLazyFuseNativeFuncDefinition(GenLazyNativeFuncDefinition):
                 checks.append(f'lazyfuse::CheckOnLazyDevice("{op}", "{arg.name}", {arg.name});')
             else:
                 checks.append(f'lazyfuse::CheckOnLazyDevice("{op}", "{arg.name}", {arg.name});')
-        return "\n        ".join(checks + [super().lazy_tensor_decls(func, schema)])
+        return "\n        ".join(
+            checks + [self.dtype_probe(func, schema), super().lazy_tensor_decls(func, schema)]
+        )
+
+    def dtype_probe(self, func, schema: LazyIrSchema) -> str:  # type: ignore[no-untyped-def]
+        """Meta kernels of opaque ops (mm, conv, ...) do not check dtypes; eager
+        kernels do. When tensor dtypes differ, run the eager CPU kernel on
+        uninitialised stand-ins so its own error surfaces at the call site."""
+        if step_kind(str(func.func.name)) in ("kPointwise", "kView"):
+            return ""
+        tensors = [
+            a.name
+            for a in schema.filtered_args(values=True, scalars=False)
+            if not a.is_wrapped_scalar and not is_tensor_list(a)
+        ]
+        if len(tensors) < 2:
+            return ""
+        call_args = []
+        for arg in schema.filtered_args():
+            is_tensor = arg.name in tensors
+            call_args.append(f"lazyfuse::CpuStandIn({arg.name})" if is_tensor else arg.name)
+        return (
+            f"if (lazyfuse::HasMixedDtypes({{{', '.join(tensors)}}})) {{\n"
+            f"          (void)at::{func.func.name.name}({', '.join(call_args)});\n"
+            "        }"
+        )
 
 
 def validate_with_torch_header(extra_hdr: str):  # type: ignore[no-untyped-def]

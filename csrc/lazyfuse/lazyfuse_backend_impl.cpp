@@ -55,6 +55,10 @@ class LazyFuseBackendImpl : public torch::lazy::BackendImplInterface {
     at::Tensor value = host_scalar
         ? tensor.clone()
         : tensor.to(BackingDevice(), /*non_blocking=*/false, /*copy=*/true);
+    if (host_scalar && tensor.unsafeGetTensorImpl()->is_wrapped_number()) {
+      // Keeps Python-number type promotion: float_tensor * 2 stays float.
+      value.unsafeGetTensorImpl()->set_wrapped_number(true);
+    }
     return std::make_shared<LazyFuseBackendData>(device, shape, std::move(value));
   }
 

@@ -2,6 +2,7 @@
 
 #include <ATen/core/IListRef.h>
 
+#include <ATen/Functions.h>
 #include <c10/util/Exception.h>
 
 namespace lazyfuse {
@@ -32,6 +33,35 @@ void CheckOnLazyDevice(const char* op, const char* arg, const at::ITensorListRef
   for (const at::Tensor& tensor : tensors) {
     CheckOnLazyDevice(op, arg, tensor);
   }
+}
+
+bool HasMixedDtypes(std::initializer_list<std::optional<at::Tensor>> tensors) {
+  std::optional<at::ScalarType> seen;
+  for (const auto& tensor : tensors) {
+    // Integer operands (labels, indices) legitimately differ from the data.
+    if (!tensor.has_value() || !tensor->defined() || !tensor->is_floating_point()) {
+      continue;
+    }
+    if (seen && *seen != tensor->scalar_type()) {
+      return true;
+    }
+    seen = tensor->scalar_type();
+  }
+  return false;
+}
+
+at::Tensor CpuStandIn(const at::Tensor& tensor) {
+  if (!tensor.defined()) {
+    return tensor;
+  }
+  return at::empty(tensor.sizes(), tensor.options().device(c10::kCPU));
+}
+
+std::optional<at::Tensor> CpuStandIn(const std::optional<at::Tensor>& tensor) {
+  if (!tensor.has_value()) {
+    return std::nullopt;
+  }
+  return CpuStandIn(*tensor);
 }
 
 bool SameScalar(const at::Scalar& a, const at::Scalar& b) {

@@ -7,6 +7,7 @@
 #include <ATen/core/ATen_fwd.h>
 #include <c10/core/Scalar.h>
 
+#include <initializer_list>
 #include <optional>
 
 namespace lazyfuse {
@@ -16,6 +17,14 @@ namespace lazyfuse {
 void CheckOnLazyDevice(const char* op, const char* arg, const at::Tensor& tensor);
 void CheckOnLazyDevice(const char* op, const char* arg, const std::optional<at::Tensor>& tensor);
 void CheckOnLazyDevice(const char* op, const char* arg, const at::ITensorListRef& tensors);
+
+// Whether the defined floating-point tensors among these differ in dtype.
+bool HasMixedDtypes(std::initializer_list<std::optional<at::Tensor>> tensors);
+
+// An uninitialised CPU tensor with the same sizes and dtype, to let an eager
+// kernel raise its own argument errors.
+at::Tensor CpuStandIn(const at::Tensor& tensor);
+std::optional<at::Tensor> CpuStandIn(const std::optional<at::Tensor>& tensor);
 
 // Exact equality of two scalars, type included (IR reuse must not recycle a
 // node built for 1 when 1.0 is asked for).

@@ -9,7 +9,9 @@ namespace lazyfuse {
 
 void Scalar::Lower(LazyFuseLoweringContext& ctx) const {
   // A host scalar: ATen mixes 0-dim CPU tensors with device tensors freely.
-  ctx.EmitConstant(this, at::scalar_tensor(value, at::TensorOptions().dtype(type)));
+  at::Tensor constant = at::scalar_tensor(value, at::TensorOptions().dtype(type));
+  constant.unsafeGetTensorImpl()->set_wrapped_number(true);
+  ctx.EmitConstant(this, std::move(constant));
 }
 
 void Expand::Lower(LazyFuseLoweringContext& ctx) const {

@@ -43,4 +43,23 @@ std::vector<Shape> compute_shape_mse_loss_backward(
   return {Shape(self.scalar_type(), self.sizes().vec())};
 }
 
+// The backward of a view scatters the gradient into zeros of the input's shape.
+std::vector<Shape> compute_shape_select_backward(
+    const at::Tensor& grad_output,
+    at::IntArrayRef input_sizes,
+    int64_t /*dim*/,
+    int64_t /*index*/) {
+  return {Shape(grad_output.scalar_type(), input_sizes.vec())};
+}
+
+std::vector<Shape> compute_shape_slice_backward(
+    const at::Tensor& grad_output,
+    at::IntArrayRef input_sizes,
+    int64_t /*dim*/,
+    int64_t /*start*/,
+    int64_t /*end*/,
+    int64_t /*step*/) {
+  return {Shape(grad_output.scalar_type(), input_sizes.vec())};
+}
+
 } // namespace torch::lazy

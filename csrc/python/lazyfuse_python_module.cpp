@@ -32,8 +32,8 @@ std::vector<const torch::lazy::Node*> RootsOf(const std::vector<at::Tensor>& ten
   return roots;
 }
 
+// LazyGraphExecutor::MarkStep counts "MarkStep" itself.
 void MarkStep(bool wait) {
-  TORCH_LAZY_COUNTER("MarkStep", 1);
   auto device = DefaultBackendDevice();
   auto* executor = torch::lazy::LazyGraphExecutor::Get();
   executor->SyncLiveTensorsGraph(&device, /*devices=*/{}, wait);

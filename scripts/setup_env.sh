@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs what lazyfuse needs on a fresh machine, then builds it in place.
+# Sourced by scripts/demo.sh and scripts/test.sh.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+PYTHON=${PYTHON:-python3}
+
+# torch: the 2.13.0 CPU build, and only when no torch is installed. A bare
+# `pip install torch` would pull several GB of CUDA wheels.
+if ! "$PYTHON" -c "import torch" 2>/dev/null; then
+  "$PYTHON" -m pip install torch==2.13.0
+fi
+"$PYTHON" -m pip install --quiet pytest pyyaml setuptools wheel
+command -v cmake >/dev/null || "$PYTHON" -m pip install --quiet cmake
+command -v ninja >/dev/null || "$PYTHON" -m pip install --quiet ninja
+
+# GoogleTest for the C++ tests, and ccache to keep rebuilds short. Both are
+# optional: without GoogleTest the C++ test binary is not built.
+if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+  missing=()
+  [ -f /usr/include/gtest/gtest.h ] || missing+=(libgtest-dev)
+  command -v ccache >/dev/null || missing+=(ccache)
+  if [ ${#missing[@]} -gt 0 ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
+fi
+
+# Two cores and 24 GiB: two parallel compile jobs fit.
+export MAX_JOBS=${MAX_JOBS:-2}
+"$PYTHON" -m pip install --no-build-isolation --no-deps -e . 

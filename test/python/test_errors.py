@@ -1,0 +1,123 @@
+"""Misuse ends in a clear Python exception, and the device stays usable."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import warnings
+
+import pytest
+import torch
+
+import lazyfuse
+
+
+def eager_error(fn, *args) -> str:  # noqa: ANN001
+    with pytest.raises(RuntimeError) as info:
+        fn(*args)
+    return str(info.value).splitlines()[0]
+
+
+def assert_still_usable(lazy: torch.device, survivor: torch.Tensor, expected: torch.Tensor) -> None:
+    lazyfuse.mark_step()
+    torch.testing.assert_close(survivor.cpu(), expected)
+    fresh = torch.arange(4.0).to(lazy) * 3
+    lazyfuse.mark_step()
+    torch.testing.assert_close(fresh.cpu(), torch.arange(4.0) * 3)
+
+
+def test_shape_mismatch_raises_at_the_call_site_with_eagers_message(lazy: torch.device) -> None:
+    a, b = torch.randn(2, 3), torch.randn(4, 5)
+    survivor = torch.ones(3).to(lazy) + 1
+    expected = eager_error(torch.mm, a, b)
+    with pytest.raises(RuntimeError) as info:
+        torch.mm(a.to(lazy), b.to(lazy))
+    assert expected in str(info.value)
+    assert_still_usable(lazy, survivor, torch.full((3,), 2.0))
+
+
+def test_broadcast_mismatch_raises_with_eagers_message(lazy: torch.device) -> None:
+    a, b = torch.randn(2, 3), torch.randn(4)
+    expected = eager_error(torch.add, a, b)
+    with pytest.raises(RuntimeError, match="must match the size"):
+        torch.add(a.to(lazy), b.to(lazy))
+    assert "must match the size" in expected
+
+
+def test_dtype_mismatch_raises_with_eagers_message(lazy: torch.device) -> None:
+    a, b = torch.randn(2, 3), torch.randn(3, 2, dtype=torch.float64)
+    expected = eager_error(torch.mm, a, b)
+    with pytest.raises(RuntimeError) as info:
+        torch.mm(a.to(lazy), b.to(lazy))
+    assert expected in str(info.value)
+
+
+def test_mixing_lazy_and_cpu_tensors_is_a_clear_error(lazy: torch.device) -> None:
+    survivor = torch.ones(3).to(lazy) * 5
+    with pytest.raises(RuntimeError, match=r"same device.*lazy:0 and cpu.*aten::add.Tensor"):
+        torch.randn(3).to(lazy) + torch.randn(3)
+    with pytest.raises(RuntimeError, match=r"same device.*aten::mm"):
+        torch.mm(torch.randn(2, 2).to(lazy), torch.randn(2, 2))
+    # A CPU scalar tensor mixes freely, as with eager CUDA tensors.
+    mixed = torch.ones(3).to(lazy) * torch.tensor(2.0)
+    torch.testing.assert_close(mixed.cpu(), torch.full((3,), 2.0))
+    assert_still_usable(lazy, survivor, torch.full((3,), 5.0))
+
+
+def test_in_place_on_a_leaf_that_requires_grad(lazy: torch.device) -> None:
+    leaf = torch.randn(3).to(lazy).requires_grad_()
+    with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
+        leaf.add_(1)
+    assert_still_usable(lazy, leaf.detach() * 1, leaf.detach().cpu())
+
+
+def test_unsupported_op_falls_back_counted_and_warned_once(lazy: torch.device) -> None:
+    x = torch.randn(5)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        first = torch.cumprod(x.to(lazy), 0)
+        second = torch.cumprod(x.to(lazy) * 2, 0)
+    torch.testing.assert_close(first.cpu(), torch.cumprod(x, 0))
+    torch.testing.assert_close(second.cpu(), torch.cumprod(x * 2, 0))
+    assert lazyfuse.metrics.counter_value("aten::cumprod") == 2
+    messages = [str(w.message) for w in caught if "aten::cumprod" in str(w.message)]
+    assert len(messages) <= 1  # torch's warning filter may already have shown it
+    assert "aten::cumprod" in lazyfuse.metrics.report()
+
+
+def test_view_that_cannot_fall_back_names_the_op(lazy: torch.device) -> None:
+    x = torch.randn(4, 4).to(lazy)
+    # Without its functional wrapper a lazy tensor reaches view ops directly.
+    raw = torch._from_functional_tensor(x)
+    with pytest.raises(RuntimeError, match=r"aten::\w+.*view of its input"):
+        torch.ops.aten.as_strided(raw, (2,), (1,))
+    assert_still_usable(lazy, x * 1, x.cpu())
+
+
+def run_python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=300,
+    )
+
+
+def test_ts_backend_already_initialised_is_refused() -> None:
+    result = run_python(
+        "import torch._lazy.ts_backend as ts; ts.init()\n"
+        "try:\n"
+        "    import lazyfuse\n"
+        "except RuntimeError as e:\n"
+        "    print('REFUSED', e)\n"
+    )
+    assert "REFUSED" in result.stdout, result.stderr
+    assert "torch._lazy.ts_backend" in result.stdout
+
+
+def test_bad_backing_device_is_refused() -> None:
+    result = run_python("import lazyfuse", LAZYFUSE_DEVICE="tpu")
+    assert result.returncode != 0
+    assert "LAZYFUSE_DEVICE must be 'cpu' or 'cuda'" in result.stderr
