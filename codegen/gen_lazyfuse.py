@@ -16,6 +16,7 @@ import os
 import re
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from torchgen.api.lazy import LazyArgument, LazyIrSchema, isValueType, tensorLis
 from torchgen.api.types import BaseCType, OptionalCType
 from torchgen.dest.lazy_ir import GenLazyIR, GenLazyNativeFuncDefinition
 from torchgen.gen import parse_native_yaml
+from torchgen.model import NativeFunction
 
 ATEN_PATH = os.path.join(os.path.dirname(torchgen.__file__), "packaged", "ATen")
 
@@ -166,7 +168,7 @@ class GenLazyFuseIR(GenLazyIR):
 class GenLazyFuseNativeFuncDefinition(GenLazyNativeFuncDefinition):
     """Adds a device check so a CPU tensor mixed into a lazy op is a clear error."""
 
-    def lazy_tensor_decls(self, func, schema: LazyIrSchema) -> str:  # type: ignore[no-untyped-def]
+    def lazy_tensor_decls(self, func: NativeFunction, schema: LazyIrSchema) -> str:
         op = f"aten::{func.func.name}"
         checks = []
         for arg in schema.filtered_args(values=True, scalars=False):
@@ -180,7 +182,7 @@ class GenLazyFuseNativeFuncDefinition(GenLazyNativeFuncDefinition):
             checks + [self.dtype_probe(func, schema), super().lazy_tensor_decls(func, schema)]
         )
 
-    def dtype_probe(self, func, schema: LazyIrSchema) -> str:  # type: ignore[no-untyped-def]
+    def dtype_probe(self, func: NativeFunction, schema: LazyIrSchema) -> str:
         """Meta kernels of opaque ops (mm, conv, ...) do not check dtypes; eager
         kernels do. When tensor dtypes differ, run the eager CPU kernel on
         uninitialised stand-ins so its own error surfaces at the call site."""
@@ -204,12 +206,14 @@ class GenLazyFuseNativeFuncDefinition(GenLazyNativeFuncDefinition):
         )
 
 
-def validate_with_torch_header(extra_hdr: str):  # type: ignore[no-untyped-def]
+def validate_with_torch_header(extra_hdr: str) -> Callable[[str, list[str]], None]:
     """torchgen reads a single header for compute_shape_* declarations; ours
     only adds to torch's, so validate against both texts joined."""
     original = gen_lazy_tensor.validate_shape_inference_header
-    torch_hdr = Path(sys.modules["torch"].__file__).parent / "include" / (
-        "torch/csrc/lazy/core/shape_inference.h"
+    torch_hdr = (
+        Path(sys.modules["torch"].__file__).parent
+        / "include"
+        / ("torch/csrc/lazy/core/shape_inference.h")
     )
 
     def validate(_hdr: str, expected: list[str]) -> None:

@@ -4,17 +4,14 @@
 
 namespace lazyfuse {
 
-LazyFuseBackendData::LazyFuseBackendData(
-    torch::lazy::BackendDevice device,
-    torch::lazy::Shape shape)
+LazyFuseBackendData::LazyFuseBackendData(torch::lazy::BackendDevice device,
+                                         torch::lazy::Shape shape)
     : torch::lazy::BackendData(std::move(device), std::move(shape)) {}
 
-LazyFuseBackendData::LazyFuseBackendData(
-    torch::lazy::BackendDevice device,
-    torch::lazy::Shape shape,
-    at::Tensor value)
-    : torch::lazy::BackendData(std::move(device), std::move(shape)),
-      value_(std::move(value)) {}
+LazyFuseBackendData::LazyFuseBackendData(torch::lazy::BackendDevice device,
+                                         torch::lazy::Shape shape,
+                                         at::Tensor value)
+    : torch::lazy::BackendData(std::move(device), std::move(shape)), value_(std::move(value)) {}
 
 void LazyFuseBackendData::Assign(const torch::lazy::BackendData& data) {
   const auto* other = dynamic_cast<const LazyFuseBackendData*>(&data);
@@ -23,11 +20,10 @@ void LazyFuseBackendData::Assign(const torch::lazy::BackendData& data) {
 }
 
 const at::Tensor& LazyFuseBackendData::tensor() const {
-  TORCH_CHECK(
-      value_.defined(),
-      "lazyfuse: reading data of shape ",
-      shape().to_string(),
-      " before the graph that produces it has run");
+  TORCH_CHECK(value_.defined(),
+              "lazyfuse: reading data of shape ",
+              shape().to_string(),
+              " before the graph that produces it has run");
   return value_;
 }
 
@@ -35,4 +31,4 @@ bool LazyFuseBackendData::is_host_scalar() const {
   return value_.defined() && value_.dim() == 0 && value_.is_cpu();
 }
 
-} // namespace lazyfuse
+}  // namespace lazyfuse

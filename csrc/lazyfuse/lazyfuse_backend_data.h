@@ -15,10 +15,9 @@ class LazyFuseBackendData : public torch::lazy::BackendData {
  public:
   // A placeholder, filled in by Assign() once the graph producing it ran.
   LazyFuseBackendData(torch::lazy::BackendDevice device, torch::lazy::Shape shape);
-  LazyFuseBackendData(
-      torch::lazy::BackendDevice device,
-      torch::lazy::Shape shape,
-      at::Tensor value);
+  LazyFuseBackendData(torch::lazy::BackendDevice device,
+                      torch::lazy::Shape shape,
+                      at::Tensor value);
 
   Handle GetHandle() override {
     return reinterpret_cast<Handle>(this);
@@ -35,4 +34,4 @@ class LazyFuseBackendData : public torch::lazy::BackendData {
   at::Tensor value_;
 };
 
-} // namespace lazyfuse
+}  // namespace lazyfuse

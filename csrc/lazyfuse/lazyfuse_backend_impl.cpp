@@ -53,8 +53,8 @@ class LazyFuseBackendImpl : public torch::lazy::BackendImplInterface {
     // else is copied, so later writes to the source never leak into the graph.
     const bool host_scalar = tensor.dim() == 0 && tensor.is_cpu();
     at::Tensor value = host_scalar
-        ? tensor.clone()
-        : tensor.to(BackingDevice(), /*non_blocking=*/false, /*copy=*/true);
+                           ? tensor.clone()
+                           : tensor.to(BackingDevice(), /*non_blocking=*/false, /*copy=*/true);
     if (host_scalar && tensor.unsafeGetTensorImpl()->is_wrapped_number()) {
       // Keeps Python-number type promotion: float_tensor * 2 stays float.
       value.unsafeGetTensorImpl()->set_wrapped_number(true);
@@ -63,16 +63,14 @@ class LazyFuseBackendImpl : public torch::lazy::BackendImplInterface {
   }
 
   torch::lazy::BackendDataPtr MakeComputationDataFromScalar(
-      const at::Scalar& scalar,
-      const torch::lazy::BackendDevice& device) const override {
+      const at::Scalar& scalar, const torch::lazy::BackendDevice& device) const override {
     at::Tensor value = at::scalar_tensor(scalar, at::TensorOptions().dtype(scalar.type()));
     torch::lazy::Shape shape(value.scalar_type(), {});
     return std::make_shared<LazyFuseBackendData>(device, std::move(shape), std::move(value));
   }
 
   torch::lazy::BackendDataPtr CreateDataPlaceholder(
-      const torch::lazy::BackendDevice& device,
-      const torch::lazy::Shape& shape) const override {
+      const torch::lazy::BackendDevice& device, const torch::lazy::Shape& shape) const override {
     return std::make_shared<LazyFuseBackendData>(device, shape);
   }
 
@@ -102,14 +100,12 @@ class LazyFuseBackendImpl : public torch::lazy::BackendImplInterface {
   }
 
   std::unique_ptr<torch::lazy::LoweringContext> CreateLoweringContext(
-      const std::string& name,
-      torch::lazy::BackendDevice device) const override {
+      const std::string& name, torch::lazy::BackendDevice device) const override {
     return std::make_unique<LazyFuseLoweringContext>(name, std::move(device));
   }
 
   std::vector<std::string> GetCompilationDevices(
-      const std::string& device,
-      c10::ArrayRef<std::string> devices) const override {
+      const std::string& device, c10::ArrayRef<std::string> devices) const override {
     return devices.empty() ? std::vector<std::string>{device} : devices.vec();
   }
 
@@ -175,7 +171,8 @@ class LazyFuseBackendImpl : public torch::lazy::BackendImplInterface {
   }
 
   torch::lazy::BackendDevice GetBackendDevice(c10::Device device) const override {
-    return torch::lazy::BackendDevice(GetDefaultDeviceType(), device.has_index() ? device.index() : 0);
+    return torch::lazy::BackendDevice(GetDefaultDeviceType(),
+                                      device.has_index() ? device.index() : 0);
   }
 
   std::string GetComputationBackendText(
@@ -187,7 +184,7 @@ class LazyFuseBackendImpl : public torch::lazy::BackendImplInterface {
   int64_t default_ordinal_ = 0;
 };
 
-} // namespace
+}  // namespace
 
 torch::lazy::BackendImplInterface* GetLazyFuseBackendImpl() {
   static LazyFuseBackendImpl* backend = new LazyFuseBackendImpl();
@@ -199,4 +196,4 @@ std::shared_ptr<const Program> LastCompiledProgram() {
   return g_last_program;
 }
 
-} // namespace lazyfuse
+}  // namespace lazyfuse

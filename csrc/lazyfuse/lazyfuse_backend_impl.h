@@ -10,11 +10,9 @@
 
 namespace lazyfuse {
 
-
-
 torch::lazy::BackendImplInterface* GetLazyFuseBackendImpl();
 
 // The Program of the most recent uncached compile, for lazyfuse.debug.
 std::shared_ptr<const Program> LastCompiledProgram();
 
-} // namespace lazyfuse
+}  // namespace lazyfuse

@@ -17,5 +17,5 @@
 #include "lazyfuse/lazyfuse_shape_inference.h"
 
 namespace lazyfuse {
-using namespace torch::lazy; // NOLINT(google-build-using-namespace)
-} // namespace lazyfuse
+using namespace torch::lazy;  // NOLINT(google-build-using-namespace)
+}  // namespace lazyfuse

@@ -12,7 +12,7 @@ namespace {
 
 c10::Device g_backing_device(c10::kCPU);
 
-} // namespace
+}  // namespace
 
 c10::Device BackingDevice() {
   return g_backing_device;
@@ -45,4 +45,4 @@ void SetReuseIr(bool enabled) {
   FLAGS_torch_lazy_reuse_ir = enabled;
 }
 
-} // namespace lazyfuse
+}  // namespace lazyfuse

@@ -15,4 +15,4 @@ void InitBackingDeviceFromEnv();
 bool ReuseIrEnabled();
 void SetReuseIr(bool enabled);
 
-} // namespace lazyfuse
+}  // namespace lazyfuse

@@ -1,8 +1,7 @@
 #include "lazyfuse/lazyfuse_device_checks.h"
 
-#include <ATen/core/IListRef.h>
-
 #include <ATen/Functions.h>
+#include <ATen/core/IListRef.h>
 #include <c10/util/Exception.h>
 
 namespace lazyfuse {
@@ -80,4 +79,4 @@ bool SameScalar(const at::Scalar& a, const at::Scalar& b) {
   return a.toLong() == b.toLong();
 }
 
-} // namespace lazyfuse
+}  // namespace lazyfuse

@@ -30,4 +30,4 @@ std::optional<at::Tensor> CpuStandIn(const std::optional<at::Tensor>& tensor);
 // node built for 1 when 1.0 is asked for).
 bool SameScalar(const at::Scalar& a, const at::Scalar& b);
 
-} // namespace lazyfuse
+}  // namespace lazyfuse

@@ -14,16 +14,14 @@ torch::lazy::OpKind DeviceData::ClassOpKind() {
 }
 
 DeviceData::DeviceData(std::shared_ptr<torch::lazy::BackendData> data)
-    : LazyFuseNode(
-          ClassOpKind(),
-          /*operands=*/{},
-          data->shape(),
-          /*num_outputs=*/1,
-          /*hash_seed=*/static_cast<uint32_t>(0x6c6664)),
+    : LazyFuseNode(ClassOpKind(),
+                   /*operands=*/{},
+                   data->shape(),
+                   /*num_outputs=*/1,
+                   /*hash_seed=*/static_cast<uint32_t>(0x6c6664)),
       data_(std::move(data)) {}
 
-torch::lazy::NodePtr DeviceData::Create(
-    const std::shared_ptr<torch::lazy::BackendData>& data) {
+torch::lazy::NodePtr DeviceData::Create(const std::shared_ptr<torch::lazy::BackendData>& data) {
   torch::lazy::NodePtr node = torch::lazy::ReuseOrMakeNode<DeviceData>(data);
   // ReuseOrMakeNode may return a recycled node still holding older data.
   auto* device_data = static_cast<DeviceData*>(node.get());
@@ -56,12 +54,11 @@ torch::lazy::OpKind TensorList::ClassOpKind() {
 }
 
 TensorList::TensorList(torch::lazy::OpList values)
-    : LazyFuseNode(
-          ClassOpKind(),
-          values,
-          torch::lazy::Shape(),
-          /*num_outputs=*/1,
-          /*hash_seed=*/static_cast<uint32_t>(0x746c)) {}
+    : LazyFuseNode(ClassOpKind(),
+                   values,
+                   torch::lazy::Shape(),
+                   /*num_outputs=*/1,
+                   /*hash_seed=*/static_cast<uint32_t>(0x746c)) {}
 
 bool TensorList::CanBeReused(torch::lazy::OpList values) const {
   if (operands().size() != values.size()) {
@@ -79,4 +76,4 @@ void TensorList::Lower(LazyFuseLoweringContext& ctx) const {
   ctx.EmitTensorList(this);
 }
 
-} // namespace lazyfuse
+}  // namespace lazyfuse

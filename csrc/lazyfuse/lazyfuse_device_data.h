@@ -50,4 +50,4 @@ class TensorList : public LazyFuseNode {
   void Lower(LazyFuseLoweringContext& ctx) const override;
 };
 
-} // namespace lazyfuse
+}  // namespace lazyfuse

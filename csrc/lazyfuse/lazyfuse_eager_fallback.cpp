@@ -26,12 +26,11 @@ void CountFallback(const c10::OperatorHandle& op) {
     if (it == counters.end()) {
       // "aten::<name>" is the key users look up; the first use also warns.
       it = counters.emplace(name, new torch::lazy::Counter(name)).first;
-      TORCH_WARN(
-          "lazyfuse: ",
-          name,
-          " has no lazy lowering and runs eagerly on ",
-          BackingDevice(),
-          " (copy in, run, copy out). This splits the graph; see lazyfuse.metrics.");
+      TORCH_WARN("lazyfuse: ",
+                 name,
+                 " has no lazy lowering and runs eagerly on ",
+                 BackingDevice(),
+                 " (copy in, run, copy out). This splits the graph; see lazyfuse.metrics.");
     }
     counter = it->second;
   }
@@ -62,7 +61,7 @@ c10::Device LazyDeviceOf(const std::vector<c10::IValue>& arguments) {
   return c10::Device(c10::kLazy, 0);
 }
 
-} // namespace
+}  // namespace
 
 void LazyFuseEagerFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   CountFallback(op);
@@ -128,12 +127,11 @@ void LazyFuseEagerFallback(const c10::OperatorHandle& op, torch::jit::Stack* sta
       }
       continue;
     }
-    TORCH_CHECK(
-        alias == nullptr,
-        "lazyfuse: ",
-        schema.name(),
-        " returns a view of its input and has no lazy lowering; a view cannot fall back to "
-        "eager execution because writes through it would be lost");
+    TORCH_CHECK(alias == nullptr,
+                "lazyfuse: ",
+                schema.name(),
+                " returns a view of its input and has no lazy lowering; a view cannot fall back to "
+                "eager execution because writes through it would be lost");
     if (result.isTensor()) {
       const at::Tensor& t = result.toTensor();
       result = c10::IValue(t.defined() ? t.to(lazy_device) : t);
@@ -153,4 +151,4 @@ void RegisterEagerFallback() {
   library->fallback(torch::CppFunction::makeFromBoxedFunction<&LazyFuseEagerFallback>());
 }
 
-} // namespace lazyfuse
+}  // namespace lazyfuse

@@ -14,4 +14,4 @@ void LazyFuseEagerFallback(const c10::OperatorHandle& op, torch::jit::Stack* sta
 
 void RegisterEagerFallback();
 
-} // namespace lazyfuse
+}  // namespace lazyfuse

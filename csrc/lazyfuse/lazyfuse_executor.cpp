@@ -7,12 +7,11 @@
 namespace lazyfuse {
 
 std::vector<at::Tensor> RunProgram(const Program& program, std::vector<at::Tensor> parameters) {
-  TORCH_CHECK(
-      parameters.size() == program.parameters.size(),
-      "lazyfuse: program takes ",
-      program.parameters.size(),
-      " parameters, got ",
-      parameters.size());
+  TORCH_CHECK(parameters.size() == program.parameters.size(),
+              "lazyfuse: program takes ",
+              program.parameters.size(),
+              " parameters, got ",
+              parameters.size());
   // Steps run on plain backing-device tensors; autograd was already applied
   // while tracing.
   at::AutoDispatchBelowADInplaceOrView below_autograd;
@@ -27,14 +26,13 @@ std::vector<at::Tensor> RunProgram(const Program& program, std::vector<at::Tenso
     const Step& step = program.steps[i];
     KernelArgs args(slots, step.inputs, step.operand_arity, step.op.c_str());
     std::vector<at::Tensor> outs = step.fn(args);
-    TORCH_CHECK(
-        outs.size() == step.outputs.size(),
-        "lazyfuse: ",
-        step.op,
-        " returned ",
-        outs.size(),
-        " tensors, expected ",
-        step.outputs.size());
+    TORCH_CHECK(outs.size() == step.outputs.size(),
+                "lazyfuse: ",
+                step.op,
+                " returned ",
+                outs.size(),
+                " tensors, expected ",
+                step.outputs.size());
     for (size_t j = 0; j < outs.size(); ++j) {
       slots[step.outputs[j]] = std::move(outs[j]);
     }
@@ -52,4 +50,4 @@ std::vector<at::Tensor> RunProgram(const Program& program, std::vector<at::Tenso
   return results;
 }
 
-} // namespace lazyfuse
+}  // namespace lazyfuse

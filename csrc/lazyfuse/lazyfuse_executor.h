@@ -12,4 +12,4 @@ namespace lazyfuse {
 
 std::vector<at::Tensor> RunProgram(const Program& program, std::vector<at::Tensor> parameters);
 
-} // namespace lazyfuse
+}  // namespace lazyfuse

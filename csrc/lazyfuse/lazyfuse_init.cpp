@@ -13,7 +13,7 @@
 namespace at {
 // Generated into RegisterLazy.cpp by torchgen (backend_name "LazyFuse").
 void RegisterLazyFuseLazyNativeFunctions();
-} // namespace at
+}  // namespace at
 
 namespace lazyfuse {
 
@@ -37,4 +37,4 @@ void InitLazyFuseBackend() {
   });
 }
 
-} // namespace lazyfuse
+}  // namespace lazyfuse

@@ -8,4 +8,4 @@ namespace lazyfuse {
 // if another LTC backend (torch._lazy.ts_backend) already owns the device.
 void InitLazyFuseBackend();
 
-} // namespace lazyfuse
+}  // namespace lazyfuse

@@ -12,28 +12,24 @@ torch::lazy::NodePtr LazyFuseIrBuilder::MakeDeviceData(
   return DeviceData::Create(data);
 }
 
-torch::lazy::NodePtr LazyFuseIrBuilder::MakeScalar(
-    const at::Scalar& value,
-    const at::ScalarType& type) const {
+torch::lazy::NodePtr LazyFuseIrBuilder::MakeScalar(const at::Scalar& value,
+                                                   const at::ScalarType& type) const {
   return torch::lazy::ReuseOrMakeNode<Scalar>(value, type);
 }
 
-torch::lazy::NodePtr LazyFuseIrBuilder::MakeExpand(
-    const torch::lazy::Value& input0,
-    const std::vector<int64_t>& size,
-    const bool& is_scalar_expand) const {
+torch::lazy::NodePtr LazyFuseIrBuilder::MakeExpand(const torch::lazy::Value& input0,
+                                                   const std::vector<int64_t>& size,
+                                                   const bool& is_scalar_expand) const {
   return torch::lazy::ReuseOrMakeNode<Expand>(input0, size, is_scalar_expand);
 }
 
-torch::lazy::NodePtr LazyFuseIrBuilder::MakeCast(
-    const torch::lazy::Value& input0,
-    const at::ScalarType& dtype,
-    const std::optional<at::ScalarType>& stype) const {
+torch::lazy::NodePtr LazyFuseIrBuilder::MakeCast(const torch::lazy::Value& input0,
+                                                 const at::ScalarType& dtype,
+                                                 const std::optional<at::ScalarType>& stype) const {
   return torch::lazy::ReuseOrMakeNode<Cast>(input0, dtype, stype);
 }
 
-torch::lazy::NodePtr LazyFuseIrBuilder::MakeTensorList(
-    const torch::lazy::OpList& inputs) const {
+torch::lazy::NodePtr LazyFuseIrBuilder::MakeTensorList(const torch::lazy::OpList& inputs) const {
   return torch::lazy::ReuseOrMakeNode<TensorList>(inputs);
 }
 
@@ -49,32 +45,28 @@ torch::lazy::NodePtr LazyFuseIrBuilder::MakeGeneric(
 namespace {
 
 [[noreturn]] void NoDynamicShapes(const char* what) {
-  TORCH_CHECK(
-      false,
-      "lazyfuse: ",
-      what,
-      ": symbolic shapes are not supported; leave LTC's symbolic shape mode off");
+  TORCH_CHECK(false,
+              "lazyfuse: ",
+              what,
+              ": symbolic shapes are not supported; leave LTC's symbolic shape mode off");
 }
 
-} // namespace
+}  // namespace
 
 torch::lazy::NodePtr LazyFuseIrBuilder::MakeSizeNode(const torch::lazy::Value&, size_t) const {
   NoDynamicShapes("size node");
 }
-torch::lazy::NodePtr LazyFuseIrBuilder::MakeSizeAdd(
-    const torch::lazy::Value&,
-    const torch::lazy::Value&) const {
+torch::lazy::NodePtr LazyFuseIrBuilder::MakeSizeAdd(const torch::lazy::Value&,
+                                                    const torch::lazy::Value&) const {
   NoDynamicShapes("size add");
 }
-torch::lazy::NodePtr LazyFuseIrBuilder::MakeSizeMul(
-    const torch::lazy::Value&,
-    const torch::lazy::Value&) const {
+torch::lazy::NodePtr LazyFuseIrBuilder::MakeSizeMul(const torch::lazy::Value&,
+                                                    const torch::lazy::Value&) const {
   NoDynamicShapes("size mul");
 }
-torch::lazy::NodePtr LazyFuseIrBuilder::MakeSizeDiv(
-    const torch::lazy::Value&,
-    const torch::lazy::Value&) const {
+torch::lazy::NodePtr LazyFuseIrBuilder::MakeSizeDiv(const torch::lazy::Value&,
+                                                    const torch::lazy::Value&) const {
   NoDynamicShapes("size div");
 }
 
-} // namespace lazyfuse
+}  // namespace lazyfuse

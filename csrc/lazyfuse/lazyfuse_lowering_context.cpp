@@ -16,16 +16,14 @@ LazyFuseComputation::LazyFuseComputation(std::shared_ptr<const Program> program)
   }
 }
 
-LazyFuseLoweringContext::LazyFuseLoweringContext(
-    const std::string& name,
-    torch::lazy::BackendDevice device)
+LazyFuseLoweringContext::LazyFuseLoweringContext(const std::string& name,
+                                                 torch::lazy::BackendDevice device)
     : torch::lazy::LoweringContext(name, std::move(device)) {}
 
-LazyFuseLoweringContext::LazyFuseLoweringContext(
-    const std::string& name,
-    torch::lazy::BackendDevice device,
-    c10::ArrayRef<const torch::lazy::Node*> post_order,
-    torch::lazy::Util::EmissionMap emit_status)
+LazyFuseLoweringContext::LazyFuseLoweringContext(const std::string& name,
+                                                 torch::lazy::BackendDevice device,
+                                                 c10::ArrayRef<const torch::lazy::Node*> post_order,
+                                                 torch::lazy::Util::EmissionMap emit_status)
     : torch::lazy::LoweringContext(name, std::move(device), post_order, std::move(emit_status)) {
   TORCH_LAZY_TIMED("LazyFuseLowering");
   for (const torch::lazy::Node* node : post_order) {
@@ -38,10 +36,9 @@ void LazyFuseLoweringContext::Lower(const torch::lazy::Node* node) {
     return;
   }
   const auto* lazyfuse_node = dynamic_cast<const LazyFuseNode*>(node);
-  TORCH_CHECK(
-      lazyfuse_node != nullptr,
-      "lazyfuse: the graph holds a node from another LTC backend: ",
-      node->ToString());
+  TORCH_CHECK(lazyfuse_node != nullptr,
+              "lazyfuse: the graph holds a node from another LTC backend: ",
+              node->ToString());
   lazyfuse_node->Lower(*this);
 }
 
@@ -56,17 +53,13 @@ BufferId LazyFuseLoweringContext::BufferFor(const torch::lazy::Output& output) {
     Lower(output.node);
     it = outputs_.find(output.node);
   }
-  TORCH_CHECK(
-      it != outputs_.end() && output.index < it->second.size(),
-      "lazyfuse: node was not lowered: ",
-      output.node->ToString());
+  TORCH_CHECK(it != outputs_.end() && output.index < it->second.size(),
+              "lazyfuse: node was not lowered: ",
+              output.node->ToString());
   return it->second[output.index];
 }
 
-void LazyFuseLoweringContext::EmitStep(
-    const torch::lazy::Node* node,
-    StepKind kind,
-    StepFn fn) {
+void LazyFuseLoweringContext::EmitStep(const torch::lazy::Node* node, StepKind kind, StepFn fn) {
   Step step;
   step.op = node->op().ToString();
   step.detail = node->ToString();
@@ -99,9 +92,8 @@ void LazyFuseLoweringContext::EmitStep(
   builder_.AddStep(std::move(step));
 }
 
-void LazyFuseLoweringContext::EmitParameter(
-    const torch::lazy::Node* node,
-    const std::shared_ptr<torch::lazy::BackendData>& data) {
+void LazyFuseLoweringContext::EmitParameter(const torch::lazy::Node* node,
+                                            const std::shared_ptr<torch::lazy::BackendData>& data) {
   // Same numbering as LazyGraphExecutor::RunPostOrder: first appearance in
   // post-order, one parameter per distinct data handle.
   const auto handle = data->GetHandle();
@@ -140,11 +132,10 @@ size_t LazyFuseLoweringContext::AddResult(const torch::lazy::Output& output) {
   return builder_.AddResult(BufferFor(output));
 }
 
-void LazyFuseLoweringContext::AddParameter(
-    const torch::lazy::Output& output,
-    size_t /*index*/,
-    const torch::lazy::Shape& shape,
-    const std::string& /*name*/) {
+void LazyFuseLoweringContext::AddParameter(const torch::lazy::Output& output,
+                                           size_t /*index*/,
+                                           const torch::lazy::Shape& shape,
+                                           const std::string& /*name*/) {
   BufferId id = builder_.AddParameter(shape.scalar_type(), shape.sizes().vec());
   outputs_[output.node] = {id};
 }
@@ -154,4 +145,4 @@ torch::lazy::ComputationPtr LazyFuseLoweringContext::Build() {
   return std::make_shared<LazyFuseComputation>(std::move(program));
 }
 
-} // namespace lazyfuse
+}  // namespace lazyfuse

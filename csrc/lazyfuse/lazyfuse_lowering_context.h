@@ -46,25 +46,22 @@ class LazyFuseComputation : public torch::lazy::Computation {
 class LazyFuseLoweringContext : public torch::lazy::LoweringContext {
  public:
   LazyFuseLoweringContext(const std::string& name, torch::lazy::BackendDevice device);
-  LazyFuseLoweringContext(
-      const std::string& name,
-      torch::lazy::BackendDevice device,
-      c10::ArrayRef<const torch::lazy::Node*> post_order,
-      torch::lazy::Util::EmissionMap emit_status);
+  LazyFuseLoweringContext(const std::string& name,
+                          torch::lazy::BackendDevice device,
+                          c10::ArrayRef<const torch::lazy::Node*> post_order,
+                          torch::lazy::Util::EmissionMap emit_status);
 
   size_t AddResult(const torch::lazy::Output& output) override;
-  void AddParameter(
-      const torch::lazy::Output& output,
-      size_t index,
-      const torch::lazy::Shape& shape,
-      const std::string& name) override;
+  void AddParameter(const torch::lazy::Output& output,
+                    size_t index,
+                    const torch::lazy::Shape& shape,
+                    const std::string& name) override;
   torch::lazy::ComputationPtr Build() override;
 
   // Called by nodes from their Lower().
   void EmitStep(const torch::lazy::Node* node, StepKind kind, StepFn fn);
-  void EmitParameter(
-      const torch::lazy::Node* node,
-      const std::shared_ptr<torch::lazy::BackendData>& data);
+  void EmitParameter(const torch::lazy::Node* node,
+                     const std::shared_ptr<torch::lazy::BackendData>& data);
   void EmitConstant(const torch::lazy::Node* node, at::Tensor value);
   void EmitTensorList(const torch::lazy::Node* node);
 
@@ -78,4 +75,4 @@ class LazyFuseLoweringContext : public torch::lazy::LoweringContext {
   std::unordered_map<torch::lazy::BackendData::Handle, BufferId> parameter_by_handle_;
 };
 
-} // namespace lazyfuse
+}  // namespace lazyfuse

@@ -31,16 +31,15 @@ torch::lazy::LazyTensorPtr LazyOrNull(const at::Tensor& tensor) {
   return torch::lazy::TryGetLtcTensor(tensor);
 }
 
-} // namespace
+}  // namespace
 
-at::Tensor LazyNativeFunctions::_to_copy(
-    const at::Tensor& self,
-    std::optional<at::ScalarType> dtype,
-    std::optional<at::Layout> layout,
-    std::optional<at::Device> device,
-    std::optional<bool> pin_memory,
-    bool non_blocking,
-    std::optional<at::MemoryFormat> memory_format) {
+at::Tensor LazyNativeFunctions::_to_copy(const at::Tensor& self,
+                                         std::optional<at::ScalarType> dtype,
+                                         std::optional<at::Layout> layout,
+                                         std::optional<at::Device> device,
+                                         std::optional<bool> pin_memory,
+                                         bool non_blocking,
+                                         std::optional<at::MemoryFormat> memory_format) {
   TORCH_LAZY_FN_COUNTER("lazy::");
   auto options = self.options();
   if (dtype) {
@@ -55,12 +54,11 @@ at::Tensor LazyNativeFunctions::_to_copy(
   auto lazy_self = LazyOrNull(self);
   if (!lazy_self) {
     // eager -> lazy: a new graph parameter.
-    TORCH_CHECK(
-        device && device->type() == c10::kLazy,
-        "lazyfuse: _to_copy reached the lazy device for a non-lazy tensor headed to ",
-        device ? device->str() : std::string("<no device>"));
-    const bool functionalize = !c10::impl::tls_local_dispatch_key_set().excluded_.has(
-        c10::DispatchKey::Functionalize);
+    TORCH_CHECK(device && device->type() == c10::kLazy,
+                "lazyfuse: _to_copy reached the lazy device for a non-lazy tensor headed to ",
+                device ? device->str() : std::string("<no device>"));
+    const bool functionalize =
+        !c10::impl::tls_local_dispatch_key_set().excluded_.has(c10::DispatchKey::Functionalize);
     return torch::lazy::to_lazy_tensor(self, options, *device, non_blocking, functionalize);
   }
   if (device && device->type() != c10::kLazy) {
@@ -78,10 +76,9 @@ at::Tensor LazyNativeFunctions::_to_copy(
       torch::lazy::LazyTensor::Create(std::move(value), lazy_self->GetDevice()));
 }
 
-at::Tensor LazyNativeFunctions::_copy_from(
-    const at::Tensor& self,
-    const at::Tensor& dst,
-    bool non_blocking) {
+at::Tensor LazyNativeFunctions::_copy_from(const at::Tensor& self,
+                                           const at::Tensor& dst,
+                                           bool non_blocking) {
   TORCH_LAZY_FN_COUNTER("lazy::");
   auto lazy_dst = LazyOrNull(dst);
   auto lazy_self = LazyOrNull(self);
@@ -104,7 +101,8 @@ at::Tensor LazyNativeFunctions::_copy_from(
   return dst;
 }
 
-at::Tensor LazyNativeFunctions::_copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+at::Tensor LazyNativeFunctions::_copy_from_and_resize(const at::Tensor& self,
+                                                      const at::Tensor& dst) {
   TORCH_LAZY_FN_COUNTER("lazy::");
   auto lazy_dst = LazyOrNull(dst);
   auto lazy_self = LazyOrNull(self);
@@ -136,9 +134,8 @@ at::Tensor LazyNativeFunctions::_unsafe_view(const at::Tensor& self, at::IntArra
   return LazyNativeFunctions::view_copy(self, size);
 }
 
-at::Tensor LazyNativeFunctions::clone(
-    const at::Tensor& self,
-    std::optional<at::MemoryFormat> /*memory_format*/) {
+at::Tensor LazyNativeFunctions::clone(const at::Tensor& self,
+                                      std::optional<at::MemoryFormat> /*memory_format*/) {
   // Lazy values are immutable, so a clone can share the IR value.
   TORCH_LAZY_FN_COUNTER("lazy::");
   auto lazy_self = LazyOrNull(self);
@@ -147,32 +144,30 @@ at::Tensor LazyNativeFunctions::clone(
       torch::lazy::LazyTensor::Create(lazy_self->GetIrValue(), lazy_self->GetDevice()));
 }
 
-at::Tensor LazyNativeFunctions::empty(
-    at::IntArrayRef size,
-    std::optional<at::ScalarType> dtype,
-    std::optional<at::Layout> layout,
-    std::optional<at::Device> device,
-    std::optional<bool> pin_memory,
-    std::optional<at::MemoryFormat> memory_format) {
+at::Tensor LazyNativeFunctions::empty(at::IntArrayRef size,
+                                      std::optional<at::ScalarType> dtype,
+                                      std::optional<at::Layout> layout,
+                                      std::optional<at::Device> device,
+                                      std::optional<bool> pin_memory,
+                                      std::optional<at::MemoryFormat> memory_format) {
   TORCH_LAZY_FN_COUNTER("lazy::");
   // Storage is created on the host and becomes a graph parameter; its
   // contents are unspecified, as for eager empty().
-  at::Tensor host = at::empty(
-      size,
-      at::TensorOptions().dtype(dtype).layout(layout).pinned_memory(pin_memory),
-      memory_format);
+  at::Tensor host =
+      at::empty(size,
+                at::TensorOptions().dtype(dtype).layout(layout).pinned_memory(pin_memory),
+                memory_format);
   const c10::Device lazy_device = device.value_or(c10::Device(c10::kLazy, 0));
   return WrapFunctional(torch::lazy::CreateAtenFromLtcTensor(
       torch::lazy::LazyTensor::Create(host, torch::lazy::atenDeviceToBackendDevice(lazy_device))));
 }
 
-at::Tensor LazyNativeFunctions::empty_strided(
-    at::IntArrayRef size,
-    at::IntArrayRef stride,
-    std::optional<at::ScalarType> dtype,
-    std::optional<at::Layout> layout,
-    std::optional<at::Device> device,
-    std::optional<bool> pin_memory) {
+at::Tensor LazyNativeFunctions::empty_strided(at::IntArrayRef size,
+                                              at::IntArrayRef stride,
+                                              std::optional<at::ScalarType> dtype,
+                                              std::optional<at::Layout> layout,
+                                              std::optional<at::Device> device,
+                                              std::optional<bool> pin_memory) {
   TORCH_LAZY_FN_COUNTER("lazy::");
   // Lazy tensors have no strides of their own: every value is contiguous.
   (void)stride;
@@ -189,4 +184,4 @@ at::Tensor LazyNativeFunctions::lift_fresh(const at::Tensor& self) {
   return at::functionalization::impl::to_functional_tensor(self);
 }
 
-} // namespace lazyfuse
+}  // namespace lazyfuse

@@ -7,35 +7,32 @@ namespace {
 
 std::atomic<int64_t> g_created{0};
 
-} // namespace
+}  // namespace
 
-LazyFuseNode::LazyFuseNode(
-    torch::lazy::OpKind op,
-    torch::lazy::OpList operands,
-    std::vector<torch::lazy::Shape>&& shapes,
-    size_t num_outputs,
-    torch::lazy::hash_t hash_seed)
+LazyFuseNode::LazyFuseNode(torch::lazy::OpKind op,
+                           torch::lazy::OpList operands,
+                           std::vector<torch::lazy::Shape>&& shapes,
+                           size_t num_outputs,
+                           torch::lazy::hash_t hash_seed)
     : torch::lazy::Node(std::move(op), operands, std::move(shapes), num_outputs) {
   ComputeHash(hash_seed);
 }
 
-LazyFuseNode::LazyFuseNode(
-    torch::lazy::OpKind op,
-    torch::lazy::OpList operands,
-    const std::function<torch::lazy::Shape()>& shape_fn,
-    size_t num_outputs,
-    torch::lazy::hash_t hash_seed)
+LazyFuseNode::LazyFuseNode(torch::lazy::OpKind op,
+                           torch::lazy::OpList operands,
+                           const std::function<torch::lazy::Shape()>& shape_fn,
+                           size_t num_outputs,
+                           torch::lazy::hash_t hash_seed)
     : torch::lazy::Node(std::move(op), operands, num_outputs) {
   addComputedShape(shape_fn);
   ComputeHash(hash_seed);
 }
 
-LazyFuseNode::LazyFuseNode(
-    torch::lazy::OpKind op,
-    torch::lazy::OpList operands,
-    torch::lazy::Shape shape,
-    size_t num_outputs,
-    torch::lazy::hash_t hash_seed)
+LazyFuseNode::LazyFuseNode(torch::lazy::OpKind op,
+                           torch::lazy::OpList operands,
+                           torch::lazy::Shape shape,
+                           size_t num_outputs,
+                           torch::lazy::hash_t hash_seed)
     : torch::lazy::Node(std::move(op), operands, num_outputs) {
   shapes_.push_back(std::move(shape));
   ComputeHash(hash_seed);
@@ -65,4 +62,4 @@ int64_t LazyFuseNode::CreatedCount() {
   return g_created.load(std::memory_order_relaxed);
 }
 
-} // namespace lazyfuse
+}  // namespace lazyfuse

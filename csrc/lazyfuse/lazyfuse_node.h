@@ -15,28 +15,25 @@ class LazyFuseLoweringContext;
 
 class LazyFuseNode : public torch::lazy::Node {
  public:
-  LazyFuseNode(
-      torch::lazy::OpKind op,
-      torch::lazy::OpList operands,
-      std::vector<torch::lazy::Shape>&& shapes,
-      size_t num_outputs,
-      torch::lazy::hash_t hash_seed);
+  LazyFuseNode(torch::lazy::OpKind op,
+               torch::lazy::OpList operands,
+               std::vector<torch::lazy::Shape>&& shapes,
+               size_t num_outputs,
+               torch::lazy::hash_t hash_seed);
 
   // Shape computed lazily from the operands; used by non-native nodes.
-  LazyFuseNode(
-      torch::lazy::OpKind op,
-      torch::lazy::OpList operands,
-      const std::function<torch::lazy::Shape()>& shape_fn,
-      size_t num_outputs,
-      torch::lazy::hash_t hash_seed);
+  LazyFuseNode(torch::lazy::OpKind op,
+               torch::lazy::OpList operands,
+               const std::function<torch::lazy::Shape()>& shape_fn,
+               size_t num_outputs,
+               torch::lazy::hash_t hash_seed);
 
   // Leaf node with a known shape (device data, tensor lists).
-  LazyFuseNode(
-      torch::lazy::OpKind op,
-      torch::lazy::OpList operands,
-      torch::lazy::Shape shape,
-      size_t num_outputs,
-      torch::lazy::hash_t hash_seed);
+  LazyFuseNode(torch::lazy::OpKind op,
+               torch::lazy::OpList operands,
+               torch::lazy::Shape shape,
+               size_t num_outputs,
+               torch::lazy::hash_t hash_seed);
 
   ~LazyFuseNode() override;
 
@@ -59,4 +56,4 @@ class LazyFuseNode : public torch::lazy::Node {
   torch::lazy::hash_t dag_hash_;
 };
 
-} // namespace lazyfuse
+}  // namespace lazyfuse

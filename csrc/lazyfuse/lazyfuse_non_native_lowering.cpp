@@ -28,4 +28,4 @@ void Cast::Lower(LazyFuseLoweringContext& ctx) const {
   });
 }
 
-} // namespace lazyfuse
+}  // namespace lazyfuse

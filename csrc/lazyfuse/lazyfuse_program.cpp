@@ -23,21 +23,19 @@ const char* StepKindName(StepKind kind) {
   return "unknown";
 }
 
-KernelArgs::KernelArgs(
-    const std::vector<at::Tensor>& slots,
-    const std::vector<BufferId>& inputs,
-    const std::vector<uint32_t>& operand_arity,
-    const char* op)
+KernelArgs::KernelArgs(const std::vector<at::Tensor>& slots,
+                       const std::vector<BufferId>& inputs,
+                       const std::vector<uint32_t>& operand_arity,
+                       const char* op)
     : slots_(slots), inputs_(inputs), operand_arity_(operand_arity), op_(op) {}
 
 const at::Tensor& KernelArgs::Next() {
-  TORCH_CHECK(
-      next_input_ < inputs_.size(),
-      "lazyfuse: ",
-      op_,
-      ": lowering reads more inputs than the step has (",
-      inputs_.size(),
-      ")");
+  TORCH_CHECK(next_input_ < inputs_.size(),
+              "lazyfuse: ",
+              op_,
+              ": lowering reads more inputs than the step has (",
+              inputs_.size(),
+              ")");
   ++next_operand_;
   return slots_[inputs_[next_input_++]];
 }
@@ -54,12 +52,11 @@ std::optional<at::Tensor> KernelArgs::optional_tensor(bool present) {
 }
 
 std::vector<at::Tensor> KernelArgs::tensor_list() {
-  TORCH_CHECK(
-      next_operand_ < operand_arity_.size(),
-      "lazyfuse: ",
-      op_,
-      ": step has no tensor-list operand at position ",
-      next_operand_);
+  TORCH_CHECK(next_operand_ < operand_arity_.size(),
+              "lazyfuse: ",
+              op_,
+              ": step has no tensor-list operand at position ",
+              next_operand_);
   const uint32_t count = operand_arity_[next_operand_++];
   std::vector<at::Tensor> list;
   list.reserve(count);
@@ -102,7 +99,7 @@ std::string FormatBufferList(const Program& program, const std::vector<BufferId>
   return out.str();
 }
 
-} // namespace
+}  // namespace
 
 std::string Program::ToString() const {
   std::ostringstream out;
@@ -128,9 +125,8 @@ std::string Program::ToString() const {
   }
   for (const auto i : c10::irange(steps.size())) {
     const Step& step = steps[i];
-    out << "  " << i << ": " << FormatBufferList(*this, step.outputs) << " = " << step.op
-        << "(" << FormatBufferList(*this, step.inputs) << ") [" << StepKindName(step.kind)
-        << "]";
+    out << "  " << i << ": " << FormatBufferList(*this, step.outputs) << " = " << step.op << "("
+        << FormatBufferList(*this, step.inputs) << ") [" << StepKindName(step.kind) << "]";
     if (!release_after.empty() && !release_after[i].empty()) {
       out << " frees";
       for (BufferId id : release_after[i]) {
@@ -162,12 +158,11 @@ BufferId ProgramBuilder::AddConstant(at::Tensor value) {
 
 void ProgramBuilder::AddStep(Step step) {
   for (BufferId id : step.inputs) {
-    TORCH_CHECK(
-        id >= 0 && static_cast<size_t>(id) < program_.buffers.size(),
-        "lazyfuse: step ",
-        step.op,
-        " reads unknown buffer %",
-        id);
+    TORCH_CHECK(id >= 0 && static_cast<size_t>(id) < program_.buffers.size(),
+                "lazyfuse: step ",
+                step.op,
+                " reads unknown buffer %",
+                id);
   }
   program_.steps.push_back(std::move(step));
 }
@@ -204,4 +199,4 @@ Program ProgramBuilder::Finish() {
   return std::move(program_);
 }
 
-} // namespace lazyfuse
+}  // namespace lazyfuse

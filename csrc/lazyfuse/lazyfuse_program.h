@@ -32,11 +32,10 @@ struct BufferInfo {
 // one call per argument, so a TensorList argument takes its whole group.
 class KernelArgs {
  public:
-  KernelArgs(
-      const std::vector<at::Tensor>& slots,
-      const std::vector<BufferId>& inputs,
-      const std::vector<uint32_t>& operand_arity,
-      const char* op);
+  KernelArgs(const std::vector<at::Tensor>& slots,
+             const std::vector<BufferId>& inputs,
+             const std::vector<uint32_t>& operand_arity,
+             const char* op);
 
   const at::Tensor& tensor();
   std::optional<at::Tensor> optional_tensor(bool present);
@@ -117,9 +116,7 @@ std::array<bool, N> ToBoolArray(const std::vector<bool>& values) {
 
 template <typename... Ts>
 std::vector<at::Tensor> AsTensorList(std::tuple<Ts...> tensors) {
-  return std::apply(
-      [](auto&&... t) { return std::vector<at::Tensor>{t...}; },
-      std::move(tensors));
+  return std::apply([](auto&&... t) { return std::vector<at::Tensor>{t...}; }, std::move(tensors));
 }
 
-} // namespace lazyfuse
+}  // namespace lazyfuse

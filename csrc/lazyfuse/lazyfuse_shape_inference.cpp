@@ -5,29 +5,25 @@
 
 namespace torch::lazy {
 
-std::vector<Shape> compute_shape_where(
-    const at::Tensor& condition,
-    const at::Tensor& self,
-    const at::Tensor& other) {
-  TORCH_CHECK(
-      condition.scalar_type() == at::kBool || condition.scalar_type() == at::kByte,
-      "where expected condition to be a boolean tensor, but got a tensor with dtype ",
-      condition.scalar_type());
+std::vector<Shape> compute_shape_where(const at::Tensor& condition,
+                                       const at::Tensor& self,
+                                       const at::Tensor& other) {
+  TORCH_CHECK(condition.scalar_type() == at::kBool || condition.scalar_type() == at::kByte,
+              "where expected condition to be a boolean tensor, but got a tensor with dtype ",
+              condition.scalar_type());
   auto sizes = at::infer_size(condition.sizes(), at::infer_size(self.sizes(), other.sizes()));
   return {Shape(at::result_type(self, other), sizes)};
 }
 
-std::vector<Shape> compute_shape_copy(
-    const at::Tensor& self,
-    const at::Tensor& src,
-    bool /*non_blocking*/) {
+std::vector<Shape> compute_shape_copy(const at::Tensor& self,
+                                      const at::Tensor& src,
+                                      bool /*non_blocking*/) {
   // copy broadcasts src into self's shape and keeps self's dtype.
-  TORCH_CHECK(
-      at::is_expandable_to(src.sizes(), self.sizes()),
-      "copy: source of shape ",
-      src.sizes(),
-      " cannot be broadcast to destination of shape ",
-      self.sizes());
+  TORCH_CHECK(at::is_expandable_to(src.sizes(), self.sizes()),
+              "copy: source of shape ",
+              src.sizes(),
+              " cannot be broadcast to destination of shape ",
+              self.sizes());
   return {Shape(self.scalar_type(), self.sizes().vec())};
 }
 
@@ -35,31 +31,28 @@ std::vector<Shape> compute_shape_fill(const at::Tensor& self, const at::Scalar& 
   return {Shape(self.scalar_type(), self.sizes().vec())};
 }
 
-std::vector<Shape> compute_shape_mse_loss_backward(
-    const at::Tensor& /*grad_output*/,
-    const at::Tensor& self,
-    const at::Tensor& /*target*/,
-    int64_t /*reduction*/) {
+std::vector<Shape> compute_shape_mse_loss_backward(const at::Tensor& /*grad_output*/,
+                                                   const at::Tensor& self,
+                                                   const at::Tensor& /*target*/,
+                                                   int64_t /*reduction*/) {
   return {Shape(self.scalar_type(), self.sizes().vec())};
 }
 
 // The backward of a view scatters the gradient into zeros of the input's shape.
-std::vector<Shape> compute_shape_select_backward(
-    const at::Tensor& grad_output,
-    at::IntArrayRef input_sizes,
-    int64_t /*dim*/,
-    int64_t /*index*/) {
+std::vector<Shape> compute_shape_select_backward(const at::Tensor& grad_output,
+                                                 at::IntArrayRef input_sizes,
+                                                 int64_t /*dim*/,
+                                                 int64_t /*index*/) {
   return {Shape(grad_output.scalar_type(), input_sizes.vec())};
 }
 
-std::vector<Shape> compute_shape_slice_backward(
-    const at::Tensor& grad_output,
-    at::IntArrayRef input_sizes,
-    int64_t /*dim*/,
-    int64_t /*start*/,
-    int64_t /*end*/,
-    int64_t /*step*/) {
+std::vector<Shape> compute_shape_slice_backward(const at::Tensor& grad_output,
+                                                at::IntArrayRef input_sizes,
+                                                int64_t /*dim*/,
+                                                int64_t /*start*/,
+                                                int64_t /*end*/,
+                                                int64_t /*step*/) {
   return {Shape(grad_output.scalar_type(), input_sizes.vec())};
 }
 
-} // namespace torch::lazy
+}  // namespace torch::lazy

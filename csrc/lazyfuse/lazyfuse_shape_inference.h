@@ -16,4 +16,4 @@ TORCH_API std::vector<torch::lazy::Shape> compute_shape_mse_loss_backward(const 
 TORCH_API std::vector<torch::lazy::Shape> compute_shape_select_backward(const at::Tensor & grad_output, at::IntArrayRef input_sizes, int64_t dim, int64_t index);
 TORCH_API std::vector<torch::lazy::Shape> compute_shape_slice_backward(const at::Tensor & grad_output, at::IntArrayRef input_sizes, int64_t dim, int64_t start, int64_t end, int64_t step);
 // clang-format on
-} // namespace torch::lazy
+}  // namespace torch::lazy

@@ -60,15 +60,14 @@ py::dict MetricSummary(const std::string& name) {
   return out;
 }
 
-} // namespace
-} // namespace lazyfuse
+}  // namespace
+}  // namespace lazyfuse
 
 PYBIND11_MODULE(_C, m) {
   using namespace lazyfuse;
   m.doc() = "lazyfuse native bindings; use the lazyfuse package instead";
   m.def("_init", &InitLazyFuseBackend);
-  m.def("_mark_step", &MarkStep, py::arg("wait") = false,
-        py::call_guard<py::gil_scoped_release>());
+  m.def("_mark_step", &MarkStep, py::arg("wait") = false, py::call_guard<py::gil_scoped_release>());
   m.def(
       "_wait_device_ops",
       [] { torch::lazy::LazyGraphExecutor::Get()->WaitDeviceOps({}); },

@@ -23,8 +23,13 @@ EPOCHS = 10
 BATCHES_PER_EPOCH = 4
 BATCH_SIZE = 8
 TIMED_BATCHES = 3
-PHASES = ["outputs = model(inputs)", "loss = criterion(outputs, labels)", "loss.backward()",
-          "optimizer.step()", "lazyfuse.mark_step()"]
+PHASES = [
+    "outputs = model(inputs)",
+    "loss = criterion(outputs, labels)",
+    "loss.backward()",
+    "optimizer.step()",
+    "lazyfuse.mark_step()",
+]
 
 
 class LeNet5(nn.Module):
@@ -53,7 +58,10 @@ def fake_data() -> list[tuple[torch.Tensor, torch.Tensor]]:
     """torchvision has no CPU build to depend on, so the images are made here."""
     g = torch.Generator().manual_seed(0)
     return [
-        (torch.rand(BATCH_SIZE, 1, 28, 28, generator=g), torch.randint(0, 10, (BATCH_SIZE,), generator=g))
+        (
+            torch.rand(BATCH_SIZE, 1, 28, 28, generator=g),
+            torch.randint(0, 10, (BATCH_SIZE,), generator=g),
+        )
         for _ in range(BATCHES_PER_EPOCH)
     ]
 
@@ -78,8 +86,8 @@ def train(model: nn.Module, device: torch.device) -> tuple[list[float], list[lis
             times: list[float] = []
             optimizer.zero_grad()
             inputs, labels = inputs.to(device), labels.to(device)
-            outputs = timed(times, lambda: model(inputs))
-            loss = timed(times, lambda: criterion(outputs, labels))
+            outputs = timed(times, lambda x=inputs: model(x))
+            loss = timed(times, lambda out=outputs, y=labels: criterion(out, y))
             timed(times, loss.backward)
             timed(times, optimizer.step)
             timed(times, lazyfuse.mark_step if lazy else (lambda: None))
@@ -93,7 +101,8 @@ def train(model: nn.Module, device: torch.device) -> tuple[list[float], list[lis
 def main() -> None:
     torch.manual_seed(0)
     model = LeNet5()
-    print(f"lazyfuse demo: LeNet-5, {EPOCHS} epochs, backing device {lazyfuse.config.backing_device()}")
+    backing = lazyfuse.config.backing_device()
+    print(f"lazyfuse demo: LeNet-5, {EPOCHS} epochs, backing device {backing}")
     lazyfuse.metrics.reset()
     eager_losses, eager_times = train(copy.deepcopy(model), torch.device("cpu"))
     lazy_losses, lazy_times = train(model, lazyfuse.lazy_device())

@@ -43,7 +43,10 @@ def fallback_counts() -> dict[str, int]:
 def report() -> str:
     """Returns a text report of every metric and counter, fallbacks listed first."""
     fallbacks = fallback_counts()
-    lines = ["lazyfuse fallbacks: " + (", ".join(f"{k}={v}" for k, v in sorted(fallbacks.items())) or "none")]
+    lines = [
+        "lazyfuse fallbacks: "
+        + (", ".join(f"{k}={v}" for k, v in sorted(fallbacks.items())) or "none")
+    ]
     return "\n".join(lines) + "\n" + _C._metrics_report()
 
 

@@ -30,18 +30,17 @@ Program BuildSquarePlusOne() {
   BufferId sq = b.AddBuffer(at::kFloat, {4});
   BufferId out = b.AddBuffer(at::kFloat, {4});
   b.AddStep(Step{"aten::add", "", StepKind::kPointwise, {p0, p1}, {}, {sum}, AddFn()});
-  b.AddStep(Step{
-      "aten::mul",
-      "",
-      StepKind::kPointwise,
-      {sum, sum},
-      {},
-      {sq},
-      [](KernelArgs& args) -> std::vector<at::Tensor> {
-        const at::Tensor& x = args.tensor();
-        const at::Tensor& y = args.tensor();
-        return {at::mul(x, y)};
-      }});
+  b.AddStep(Step{"aten::mul",
+                 "",
+                 StepKind::kPointwise,
+                 {sum, sum},
+                 {},
+                 {sq},
+                 [](KernelArgs& args) -> std::vector<at::Tensor> {
+                   const at::Tensor& x = args.tensor();
+                   const at::Tensor& y = args.tensor();
+                   return {at::mul(x, y)};
+                 }});
   b.AddStep(Step{"aten::add", "", StepKind::kPointwise, {sq, c}, {}, {out}, AddFn()});
   b.AddResult(out);
   return b.Finish();
@@ -74,16 +73,15 @@ TEST(ProgramTest, UnusedOutputIsReleasedRightAway) {
   BufferId p0 = b.AddParameter(at::kFloat, {2, 3});
   BufferId values = b.AddBuffer(at::kFloat, {2});
   BufferId indices = b.AddBuffer(at::kLong, {2});
-  b.AddStep(Step{
-      "aten::max",
-      "",
-      StepKind::kReduction,
-      {p0},
-      {},
-      {values, indices},
-      [](KernelArgs& args) -> std::vector<at::Tensor> {
-        return AsTensorList(at::max(args.tensor(), 1));
-      }});
+  b.AddStep(Step{"aten::max",
+                 "",
+                 StepKind::kReduction,
+                 {p0},
+                 {},
+                 {values, indices},
+                 [](KernelArgs& args) -> std::vector<at::Tensor> {
+                   return AsTensorList(at::max(args.tensor(), 1));
+                 }});
   b.AddResult(values);
   Program p = b.Finish();
   EXPECT_EQ(p.release_after[0], (std::vector<BufferId>{0, 2}));
@@ -108,8 +106,8 @@ TEST(ProgramTest, RejectsWrongParameterCount) {
 
 TEST(ProgramTest, RejectsStepReadingUnknownBuffer) {
   ProgramBuilder b;
-  EXPECT_THROW(
-      b.AddStep(Step{"aten::neg", "", StepKind::kPointwise, {7}, {}, {}, AddFn()}), c10::Error);
+  EXPECT_THROW(b.AddStep(Step{"aten::neg", "", StepKind::kPointwise, {7}, {}, {}, AddFn()}),
+               c10::Error);
 }
 
 TEST(ProgramTest, TensorListOperandsAreGrouped) {
@@ -133,12 +131,11 @@ TEST(ProgramTest, TensorListOperandsAreGrouped) {
 TEST(NodeHashTest, HashCoversOpShapeAndOperands) {
   using torch::lazy::Shape;
   auto leaf = [](std::vector<int64_t> sizes) {
-    return std::make_shared<LazyFuseNode>(
-        torch::lazy::OpKind(c10::Symbol::prim("leaf")),
-        torch::lazy::OpList{},
-        Shape(at::kFloat, std::move(sizes)),
-        1,
-        torch::lazy::hash_t(7));
+    return std::make_shared<LazyFuseNode>(torch::lazy::OpKind(c10::Symbol::prim("leaf")),
+                                          torch::lazy::OpList{},
+                                          Shape(at::kFloat, std::move(sizes)),
+                                          1,
+                                          torch::lazy::hash_t(7));
   };
   auto a = leaf({4});
   auto b = leaf({4});
@@ -149,12 +146,11 @@ TEST(NodeHashTest, HashCoversOpShapeAndOperands) {
   auto neg = [](const torch::lazy::NodePtr& input, torch::lazy::hash_t seed) {
     std::vector<Shape> shapes{input->shape()};
     torch::lazy::Value value(input, 0);
-    return std::make_shared<LazyFuseNode>(
-        torch::lazy::OpKind(c10::Symbol::aten("neg")),
-        torch::lazy::OpList{value},
-        std::move(shapes),
-        1,
-        seed);
+    return std::make_shared<LazyFuseNode>(torch::lazy::OpKind(c10::Symbol::aten("neg")),
+                                          torch::lazy::OpList{value},
+                                          std::move(shapes),
+                                          1,
+                                          seed);
   };
   EXPECT_EQ(neg(a, 1)->hash(), neg(b, 1)->hash());
   EXPECT_NE(neg(a, 1)->hash(), neg(c, 1)->hash());
@@ -163,12 +159,11 @@ TEST(NodeHashTest, HashCoversOpShapeAndOperands) {
 
 TEST(NodeHashTest, CountsCreatedNodes) {
   const int64_t before = LazyFuseNode::CreatedCount();
-  LazyFuseNode node(
-      torch::lazy::OpKind(c10::Symbol::prim("leaf")),
-      torch::lazy::OpList{},
-      torch::lazy::Shape(at::kFloat, {1}),
-      1,
-      torch::lazy::hash_t(0));
+  LazyFuseNode node(torch::lazy::OpKind(c10::Symbol::prim("leaf")),
+                    torch::lazy::OpList{},
+                    torch::lazy::Shape(at::kFloat, {1}),
+                    1,
+                    torch::lazy::hash_t(0));
   EXPECT_EQ(LazyFuseNode::CreatedCount(), before + 1);
 }
 
@@ -179,8 +174,7 @@ TEST(ShapeInferenceTest, WhereBroadcastsAndPromotes) {
   EXPECT_EQ(shapes[0].sizes().vec(), (std::vector<int64_t>{3, 4}));
   EXPECT_EQ(shapes[0].scalar_type(), at::kDouble);
   EXPECT_THROW(
-      torch::lazy::compute_shape_where(
-          at::empty({3}, at::kFloat), at::empty({3}), at::empty({3})),
+      torch::lazy::compute_shape_where(at::empty({3}, at::kFloat), at::empty({3}), at::empty({3})),
       c10::Error);
 }
 
@@ -189,8 +183,8 @@ TEST(ShapeInferenceTest, CopyKeepsDestinationAndChecksBroadcast) {
       torch::lazy::compute_shape_copy(at::empty({2, 3}, at::kDouble), at::empty({3}), false);
   EXPECT_EQ(shapes[0].sizes().vec(), (std::vector<int64_t>{2, 3}));
   EXPECT_EQ(shapes[0].scalar_type(), at::kDouble);
-  EXPECT_THROW(
-      torch::lazy::compute_shape_copy(at::empty({2, 3}), at::empty({4}), false), c10::Error);
+  EXPECT_THROW(torch::lazy::compute_shape_copy(at::empty({2, 3}), at::empty({4}), false),
+               c10::Error);
 }
 
 TEST(ShapeInferenceTest, FillAndMseLossBackwardKeepInputShape) {
@@ -201,5 +195,5 @@ TEST(ShapeInferenceTest, FillAndMseLossBackwardKeepInputShape) {
   EXPECT_EQ(grad[0].sizes().vec(), (std::vector<int64_t>{2, 2}));
 }
 
-} // namespace
-} // namespace lazyfuse
+}  // namespace
+}  // namespace lazyfuse

@@ -54,5 +54,9 @@ def test_public_functions_have_docstrings() -> None:
     for module in (lazyfuse, lazyfuse.config, lazyfuse.metrics, lazyfuse.debug):
         for name in dir(module):
             obj = getattr(module, name)
-            if callable(obj) and not name.startswith("_") and getattr(obj, "__module__", "").startswith("lazyfuse"):
+            if (
+                callable(obj)
+                and not name.startswith("_")
+                and getattr(obj, "__module__", "").startswith("lazyfuse")
+            ):
                 assert obj.__doc__, f"{module.__name__}.{name} has no docstring"

@@ -96,7 +96,9 @@ def test_mlp_adam_matches_eager(lazy: torch.device) -> None:
     def adam(m: nn.Module) -> torch.optim.Optimizer:
         return torch.optim.Adam(m.parameters(), lr=1e-2, weight_decay=1e-3)
 
-    eager_losses, eager_model = train(copy.deepcopy(model), adam, F.mse_loss, batches, torch.device("cpu"))
+    eager_losses, eager_model = train(
+        copy.deepcopy(model), adam, F.mse_loss, batches, torch.device("cpu")
+    )
     lazy_losses, lazy_model = train(model, adam, F.mse_loss, batches, lazy)
     torch.testing.assert_close(lazy_losses, eager_losses)
     compare(eager_model, lazy_model)

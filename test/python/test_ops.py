@@ -71,14 +71,26 @@ CASES: dict[str, Case] = {
     "sgn": Case(torch.sgn, inputs(randn(6)), grad=False),
     "maximum": Case(torch.maximum, inputs(randn(3, 4), randn(3, 4))),
     "minimum": Case(torch.minimum, inputs(randn(3, 4), randn(3, 4))),
-    "where.self": Case(torch.where, inputs(mask(3, 4), randn(3, 4), randn(3, 4)), kernels=["where"]),
-    "masked_fill.Scalar": Case(lambda a, m: a.masked_fill(m, -1.5), inputs(randn(3, 4), mask(3, 4)), kernels=["masked_fill"]),
+    "where.self": Case(
+        torch.where, inputs(mask(3, 4), randn(3, 4), randn(3, 4)), kernels=["where"]
+    ),
+    "masked_fill.Scalar": Case(
+        lambda a, m: a.masked_fill(m, -1.5),
+        inputs(randn(3, 4), mask(3, 4)),
+        kernels=["masked_fill"],
+    ),
     "eq.Tensor": Case(torch.eq, inputs(rounded(5), rounded(5)), kernels=["eq"]),
     "gt.Tensor": Case(torch.gt, inputs(randn(5), randn(5)), kernels=["gt"]),
     "lt.Tensor": Case(torch.lt, inputs(randn(5), randn(5)), kernels=["lt"]),
-    "addcmul": Case(lambda a, b, c: torch.addcmul(a, b, c, value=0.5), inputs(randn(4), randn(4), randn(4))),
-    "addcdiv": Case(lambda a, b, c: torch.addcdiv(a, b, c, value=-2), inputs(randn(4), randn(4), positive(4))),
-    "lerp.Scalar": Case(lambda a, b: torch.lerp(a, b, 0.3), inputs(randn(4), randn(4)), kernels=["lerp"]),
+    "addcmul": Case(
+        lambda a, b, c: torch.addcmul(a, b, c, value=0.5), inputs(randn(4), randn(4), randn(4))
+    ),
+    "addcdiv": Case(
+        lambda a, b, c: torch.addcdiv(a, b, c, value=-2), inputs(randn(4), randn(4), positive(4))
+    ),
+    "lerp.Scalar": Case(
+        lambda a, b: torch.lerp(a, b, 0.3), inputs(randn(4), randn(4)), kernels=["lerp"]
+    ),
     "relu": Case(torch.relu, inputs(randn(4, 5))),
     "threshold_backward": Case(torch.relu, inputs(randn(4, 5)), kernels=["threshold_backward"]),
     "sigmoid": Case(torch.sigmoid, inputs(randn(4, 5))),
@@ -89,37 +101,82 @@ CASES: dict[str, Case] = {
     "zero": Case(lambda a: fresh(a).zero_() + a, inputs(randn(3, 3))),
     "copy": Case(lambda a, b: fresh(a).copy_(b), inputs(randn(3, 4), randn(4))),
     "sum": Case(torch.sum, inputs(randn(3, 4))),
-    "sum.dim_IntList": Case(lambda a: a.sum(dim=1, keepdim=True), inputs(randn(3, 4)), kernels=["sum"]),
+    "sum.dim_IntList": Case(
+        lambda a: a.sum(dim=1, keepdim=True), inputs(randn(3, 4)), kernels=["sum"]
+    ),
     "mean": Case(torch.mean, inputs(randn(3, 4))),
     "mean.dim": Case(lambda a: a.mean(0), inputs(randn(3, 4)), kernels=["mean"]),
-    "_softmax": Case(lambda a: torch.softmax(a, -1), inputs(randn(3, 5)), kernels=["_softmax", "_softmax_backward_data"]),
+    "_softmax": Case(
+        lambda a: torch.softmax(a, -1),
+        inputs(randn(3, 5)),
+        kernels=["_softmax", "_softmax_backward_data"],
+    ),
     "_softmax_backward_data": Case(lambda a: torch.softmax(a, 0), inputs(randn(3, 5))),
-    "_log_softmax": Case(lambda a: F.log_softmax(a, -1), inputs(randn(3, 5)), kernels=["_log_softmax", "_log_softmax_backward_data"]),
+    "_log_softmax": Case(
+        lambda a: F.log_softmax(a, -1),
+        inputs(randn(3, 5)),
+        kernels=["_log_softmax", "_log_softmax_backward_data"],
+    ),
     "_log_softmax_backward_data": Case(lambda a: F.log_softmax(a, 0), inputs(randn(3, 5))),
-    "nll_loss_forward": Case(lambda a, t: F.nll_loss(F.log_softmax(a, -1), t), inputs(randn(6, 4), labels(6, 4))),
-    "nll_loss_backward": Case(lambda a, t: F.nll_loss(a, t, reduction="sum"), inputs(randn(6, 4), labels(6, 4))),
-    "mse_loss": Case(F.mse_loss, inputs(randn(4, 3), randn(4, 3)), kernels=["mse_loss", "mse_loss_backward"]),
-    "mse_loss_backward": Case(lambda a, b: F.mse_loss(a, b, reduction="sum"), inputs(randn(5), randn(5))),
+    "nll_loss_forward": Case(
+        lambda a, t: F.nll_loss(F.log_softmax(a, -1), t), inputs(randn(6, 4), labels(6, 4))
+    ),
+    "nll_loss_backward": Case(
+        lambda a, t: F.nll_loss(a, t, reduction="sum"), inputs(randn(6, 4), labels(6, 4))
+    ),
+    "mse_loss": Case(
+        F.mse_loss, inputs(randn(4, 3), randn(4, 3)), kernels=["mse_loss", "mse_loss_backward"]
+    ),
+    "mse_loss_backward": Case(
+        lambda a, b: F.mse_loss(a, b, reduction="sum"), inputs(randn(5), randn(5))
+    ),
     "mm": Case(torch.mm, inputs(randn(3, 4), randn(4, 2))),
-    "addmm": Case(lambda c, a, b: torch.addmm(c, a, b, beta=0.5, alpha=2), inputs(randn(2), randn(3, 4), randn(4, 2))),
+    "addmm": Case(
+        lambda c, a, b: torch.addmm(c, a, b, beta=0.5, alpha=2),
+        inputs(randn(2), randn(3, 4), randn(4, 2)),
+    ),
     "bmm": Case(torch.bmm, inputs(randn(2, 3, 4), randn(2, 4, 5))),
-    "convolution": Case(lambda x, w, b: F.conv2d(x, w, b, padding=1), inputs(randn(2, 3, 6, 6), randn(4, 3, 3, 3), randn(4)), kernels=["convolution", "convolution_backward"]),
-    "convolution_backward": Case(lambda x, w: F.conv2d(x, w, stride=2), inputs(randn(1, 2, 7, 7), randn(3, 2, 3, 3))),
-    "avg_pool2d": Case(lambda x: F.avg_pool2d(x, 2), inputs(randn(2, 3, 6, 6)), kernels=["avg_pool2d", "avg_pool2d_backward"]),
-    "avg_pool2d_backward": Case(lambda x: F.avg_pool2d(x, 3, stride=1, padding=1), inputs(randn(1, 2, 5, 5))),
-    "max_pool2d_with_indices": Case(lambda x: F.max_pool2d(x, 2), inputs(randn(2, 3, 6, 6)), kernels=["max_pool2d_with_indices", "max_pool2d_with_indices_backward"]),
-    "max_pool2d_with_indices_backward": Case(lambda x: F.max_pool2d(x, 3, stride=2), inputs(randn(1, 2, 7, 7))),
+    "convolution": Case(
+        lambda x, w, b: F.conv2d(x, w, b, padding=1),
+        inputs(randn(2, 3, 6, 6), randn(4, 3, 3, 3), randn(4)),
+        kernels=["convolution", "convolution_backward"],
+    ),
+    "convolution_backward": Case(
+        lambda x, w: F.conv2d(x, w, stride=2), inputs(randn(1, 2, 7, 7), randn(3, 2, 3, 3))
+    ),
+    "avg_pool2d": Case(
+        lambda x: F.avg_pool2d(x, 2),
+        inputs(randn(2, 3, 6, 6)),
+        kernels=["avg_pool2d", "avg_pool2d_backward"],
+    ),
+    "avg_pool2d_backward": Case(
+        lambda x: F.avg_pool2d(x, 3, stride=1, padding=1), inputs(randn(1, 2, 5, 5))
+    ),
+    "max_pool2d_with_indices": Case(
+        lambda x: F.max_pool2d(x, 2),
+        inputs(randn(2, 3, 6, 6)),
+        kernels=["max_pool2d_with_indices", "max_pool2d_with_indices_backward"],
+    ),
+    "max_pool2d_with_indices_backward": Case(
+        lambda x: F.max_pool2d(x, 3, stride=2), inputs(randn(1, 2, 7, 7))
+    ),
     "alias_copy": Case(lambda a: torch.ops.aten.alias(a) * 2, inputs(randn(3))),
     "detach_copy": Case(lambda a, b: a.detach() * b, inputs(randn(3), randn(3))),
     "view_copy": Case(lambda a: a.view(-1, 2), inputs(randn(3, 4))),
     "expand_copy": Case(lambda a: a.expand(3, 4) * 1, inputs(randn(1, 4))),
     "permute_copy": Case(lambda a: a.permute(2, 0, 1), inputs(randn(2, 3, 4))),
     "t_copy": Case(lambda a: a.t(), inputs(randn(2, 3))),
-    "transpose_copy.int": Case(lambda a: a.transpose(0, 2), inputs(randn(2, 3, 4)), kernels=["transpose_copy"]),
+    "transpose_copy.int": Case(
+        lambda a: a.transpose(0, 2), inputs(randn(2, 3, 4)), kernels=["transpose_copy"]
+    ),
     "unsqueeze_copy": Case(lambda a: a.unsqueeze(1), inputs(randn(2, 3))),
     "squeeze_copy": Case(lambda a: a.squeeze(), inputs(randn(1, 3, 1))),
-    "squeeze_copy.dim": Case(lambda a: a.squeeze(0), inputs(randn(1, 3, 1)), kernels=["squeeze_copy"]),
-    "squeeze_copy.dims": Case(lambda a: a.squeeze((0, 2)), inputs(randn(1, 3, 1)), kernels=["squeeze_copy"]),
+    "squeeze_copy.dim": Case(
+        lambda a: a.squeeze(0), inputs(randn(1, 3, 1)), kernels=["squeeze_copy"]
+    ),
+    "squeeze_copy.dims": Case(
+        lambda a: a.squeeze((0, 2)), inputs(randn(1, 3, 1)), kernels=["squeeze_copy"]
+    ),
     "select_copy.int": Case(lambda a: a[1], inputs(randn(3, 4)), kernels=["select_copy"]),
     "slice_copy.Tensor": Case(lambda a: a[1:3, ::2], inputs(randn(4, 6)), kernels=["slice_copy"]),
     "select_backward": Case(lambda a: a[1] * 2, inputs(randn(3, 4))),
