@@ -101,18 +101,11 @@ void LazyFuseLoweringContext::EmitParameter(const torch::lazy::Node* node,
   if (it == parameter_by_handle_.end()) {
     const auto& shape = data->shape();
     BufferId id = builder_.AddParameter(shape.scalar_type(), shape.sizes().vec());
-    parameter_sequence_.push_back(parameters_.size());
+    it = parameter_by_handle_.emplace(handle, BoundParameter{id, parameters_.size()}).first;
     parameters_.push_back(data);
-    it = parameter_by_handle_.emplace(handle, id).first;
-  } else {
-    for (size_t k = 0; k < parameters_.size(); ++k) {
-      if (parameters_[k]->GetHandle() == handle) {
-        parameter_sequence_.push_back(k);
-        break;
-      }
-    }
   }
-  outputs_[node] = {it->second};
+  parameter_sequence_.push_back(it->second.index);
+  outputs_[node] = {it->second.buffer};
 }
 
 void LazyFuseLoweringContext::EmitConstant(const torch::lazy::Node* node, at::Tensor value) {

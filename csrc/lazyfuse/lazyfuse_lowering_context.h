@@ -72,7 +72,11 @@ class LazyFuseLoweringContext : public torch::lazy::LoweringContext {
   ProgramBuilder builder_;
   std::unordered_map<const torch::lazy::Node*, std::vector<BufferId>> outputs_;
   std::unordered_set<const torch::lazy::Node*> tensor_lists_;
-  std::unordered_map<torch::lazy::BackendData::Handle, BufferId> parameter_by_handle_;
+  struct BoundParameter {
+    BufferId buffer;
+    size_t index;
+  };
+  std::unordered_map<torch::lazy::BackendData::Handle, BoundParameter> parameter_by_handle_;
 };
 
 }  // namespace lazyfuse
