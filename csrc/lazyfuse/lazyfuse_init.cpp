@@ -9,6 +9,7 @@
 #include "lazyfuse/lazyfuse_backend_impl.h"
 #include "lazyfuse/lazyfuse_config.h"
 #include "lazyfuse/lazyfuse_eager_fallback.h"
+#include "lazyfuse/lazyfuse_graph_executor.h"
 
 namespace at {
 // Generated into RegisterLazy.cpp by torchgen (backend_name "LazyFuse").
@@ -30,7 +31,7 @@ void InitLazyFuseBackend() {
     InitBackingDeviceFromEnv();
     static torch::lazy::BackendRegistrar registrar(GetLazyFuseBackendImpl());
     // Leaked on purpose: LTC may still call into it from exit-time teardown.
-    static auto* executor = new torch::lazy::LazyGraphExecutor();
+    static auto* executor = new LazyFuseGraphExecutor();
     torch::lazy::LazyGraphExecutor::Register(executor);
     at::RegisterLazyFuseLazyNativeFunctions();
     RegisterEagerFallback();

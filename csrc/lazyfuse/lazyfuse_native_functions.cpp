@@ -27,6 +27,13 @@ at::Tensor WrapFunctional(const at::Tensor& tensor) {
   return at::functionalization::impl::to_functional_tensor(tensor);
 }
 
+// A new lazy tensor holding host data, on the given lazy device.
+at::Tensor LazyFromHost(const at::Tensor& host, std::optional<at::Device> device) {
+  const c10::Device lazy_device = device.value_or(c10::Device(c10::kLazy, 0));
+  return WrapFunctional(torch::lazy::CreateAtenFromLtcTensor(
+      torch::lazy::LazyTensor::Create(host, torch::lazy::atenDeviceToBackendDevice(lazy_device))));
+}
+
 torch::lazy::LazyTensorPtr LazyOrNull(const at::Tensor& tensor) {
   return torch::lazy::TryGetLtcTensor(tensor);
 }
@@ -157,9 +164,7 @@ at::Tensor LazyNativeFunctions::empty(at::IntArrayRef size,
       at::empty(size,
                 at::TensorOptions().dtype(dtype).layout(layout).pinned_memory(pin_memory),
                 memory_format);
-  const c10::Device lazy_device = device.value_or(c10::Device(c10::kLazy, 0));
-  return WrapFunctional(torch::lazy::CreateAtenFromLtcTensor(
-      torch::lazy::LazyTensor::Create(host, torch::lazy::atenDeviceToBackendDevice(lazy_device))));
+  return LazyFromHost(host, device);
 }
 
 at::Tensor LazyNativeFunctions::empty_strided(at::IntArrayRef size,
@@ -172,6 +177,55 @@ at::Tensor LazyNativeFunctions::empty_strided(at::IntArrayRef size,
   // Lazy tensors have no strides of their own: every value is contiguous.
   (void)stride;
   return empty(size, dtype, layout, device, pin_memory, std::nullopt);
+}
+
+at::Tensor LazyNativeFunctions::new_empty_strided(const at::Tensor& self,
+                                                  at::IntArrayRef size,
+                                                  at::IntArrayRef /*stride*/,
+                                                  std::optional<at::ScalarType> dtype,
+                                                  std::optional<at::Layout> layout,
+                                                  std::optional<at::Device> device,
+                                                  std::optional<bool> pin_memory) {
+  TORCH_LAZY_FN_COUNTER("lazy::");
+  return empty(size,
+               dtype.value_or(self.scalar_type()),
+               layout,
+               device.value_or(self.device()),
+               pin_memory,
+               std::nullopt);
+}
+
+at::Tensor LazyNativeFunctions::_efficientzerotensor(at::IntArrayRef size,
+                                                     std::optional<at::ScalarType> dtype,
+                                                     std::optional<at::Layout> layout,
+                                                     std::optional<at::Device> device,
+                                                     std::optional<bool> pin_memory) {
+  // Autograd's "known zero" gradient; lazy has no zero-tensor flag, so it is
+  // an ordinary tensor of zeros.
+  TORCH_LAZY_FN_COUNTER("lazy::");
+  at::Tensor host =
+      at::zeros(size, at::TensorOptions().dtype(dtype).layout(layout).pinned_memory(pin_memory));
+  return LazyFromHost(host, device);
+}
+
+at::Tensor LazyNativeFunctions::masked_fill(const at::Tensor& self,
+                                            const at::Tensor& mask,
+                                            const at::Scalar& value) {
+  TORCH_LAZY_FN_COUNTER("lazy::");
+  // A host scalar operand, as for any Python number in a lazy op.
+  at::Tensor fill = at::scalar_tensor(value, at::TensorOptions().dtype(self.scalar_type()));
+  return at::where(mask, fill, self);
+}
+
+at::Tensor LazyNativeFunctions::masked_fill(const at::Tensor& self,
+                                            const at::Tensor& mask,
+                                            const at::Tensor& value) {
+  TORCH_LAZY_FN_COUNTER("lazy::");
+  TORCH_CHECK(value.dim() == 0,
+              "masked_fill only supports a 0-dimensional value tensor, but got tensor with ",
+              value.dim(),
+              " dimension(s).");
+  return at::where(mask, value.to(self.scalar_type()), self);
 }
 
 at::Tensor LazyNativeFunctions::lift(const at::Tensor& self) {

@@ -20,3 +20,12 @@ def _fresh_step():
 
 def graphs_executed() -> int:
     return lazyfuse.metrics.counter_value(lazyfuse.metrics.GRAPHS_EXECUTED)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    import sys
+
+    module = sys.modules.get("test_opinfo")
+    line = module.opinfo_summary() if module else None
+    if line:
+        terminalreporter.write_line(line)

@@ -74,14 +74,10 @@ CASES: dict[str, Case] = {
     "where.self": Case(
         torch.where, inputs(mask(3, 4), randn(3, 4), randn(3, 4)), kernels=["where"]
     ),
-    "masked_fill.Scalar": Case(
-        lambda a, m: a.masked_fill(m, -1.5),
-        inputs(randn(3, 4), mask(3, 4)),
-        kernels=["masked_fill"],
-    ),
     "eq.Tensor": Case(torch.eq, inputs(rounded(5), rounded(5)), kernels=["eq"]),
     "gt.Tensor": Case(torch.gt, inputs(randn(5), randn(5)), kernels=["gt"]),
     "lt.Tensor": Case(torch.lt, inputs(randn(5), randn(5)), kernels=["lt"]),
+    "lerp.Tensor": Case(torch.lerp, inputs(randn(4), randn(4), positive(4)), kernels=["lerp"]),
     "addcmul": Case(
         lambda a, b, c: torch.addcmul(a, b, c, value=0.5), inputs(randn(4), randn(4), randn(4))
     ),
@@ -124,6 +120,16 @@ CASES: dict[str, Case] = {
     "nll_loss_backward": Case(
         lambda a, t: F.nll_loss(a, t, reduction="sum"), inputs(randn(6, 4), labels(6, 4))
     ),
+    "nll_loss2d_forward": Case(
+        lambda a, t: F.nll_loss(F.log_softmax(a, 1), t),
+        inputs(randn(2, 3, 4, 4), lambda: torch.randint(0, 3, (2, 4, 4))),
+        kernels=["nll_loss2d_forward", "nll_loss2d_backward"],
+    ),
+    "nll_loss2d_backward": Case(
+        lambda a, t: F.nll_loss(a, t, reduction="sum"),
+        inputs(randn(1, 3, 2, 5), lambda: torch.randint(0, 3, (1, 2, 5))),
+    ),
+    "constant_pad_nd": Case(lambda a: F.pad(a, (1, 2, 0, 1), value=0.5), inputs(randn(2, 3, 4))),
     "mse_loss": Case(
         F.mse_loss, inputs(randn(4, 3), randn(4, 3)), kernels=["mse_loss", "mse_loss_backward"]
     ),

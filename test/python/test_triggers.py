@@ -126,3 +126,19 @@ def test_lazy_linear_materialises_on_the_lazy_device(lazy: torch.device) -> None
     assert layer.weight.device.type == "lazy"
     eager = torch.nn.functional.linear(x, layer.weight.detach().cpu(), layer.bias.detach().cpu())
     torch.testing.assert_close(out.cpu(), eager)
+
+
+def test_graphs_that_differ_only_in_wiring_compile_apart(lazy: torch.device) -> None:
+    # Same-shape inputs that are also graph outputs used to give
+    # where(m, v, x) and where(m, x, v) one hash, and so one cached Program.
+    def run(swap: bool) -> int:
+        x = torch.tensor(-8).to(lazy)
+        m = torch.tensor(True).to(lazy)
+        v = torch.tensor(5).to(lazy)
+        r = torch.where(m, x, v) if swap else torch.where(m, v, x)
+        lazyfuse.mark_step()
+        return int(r.item())
+
+    assert run(swap=False) == 5
+    assert run(swap=True) == -8
+    assert run(swap=False) == 5

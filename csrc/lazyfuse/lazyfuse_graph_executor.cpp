@@ -1,0 +1,26 @@
+#include "lazyfuse/lazyfuse_graph_executor.h"
+
+#include <unordered_map>
+
+namespace lazyfuse {
+
+torch::lazy::LazyGraphExecutor::PostOrderData LazyFuseGraphExecutor::RunPostOrder(
+    const std::vector<torch::lazy::Value>& ir_values, SyncTensorCollection* coll) {
+  PostOrderData po_data = torch::lazy::LazyGraphExecutor::RunPostOrder(ir_values, coll);
+  std::unordered_map<const torch::lazy::Node*, uint64_t> position;
+  position.reserve(po_data.post_order.size());
+  torch::lazy::hash_t wiring = coll->hash;
+  for (const torch::lazy::Node* node : po_data.post_order) {
+    for (const auto& operand : node->operands()) {
+      wiring = torch::lazy::HashCombine(wiring, position.at(operand.node) * 64 + operand.index);
+    }
+    position.emplace(node, position.size());
+  }
+  for (const auto& root : ir_values) {
+    wiring = torch::lazy::HashCombine(wiring, position.at(root.node.get()) * 64 + root.index);
+  }
+  coll->hash = wiring;
+  return po_data;
+}
+
+}  // namespace lazyfuse
