@@ -144,12 +144,33 @@ class GenLazyFuseIR(GenLazyIR):
     }});
   }}"""
 
+    def node_base_ctor_call(self, schema: LazyIrSchema) -> str:
+        # torchgen hashes only the scalar attributes, so clamp(x, min=t) and
+        # clamp(x, max=t) hashed alike and shared a compiled graph. Which
+        # optional operands are present is part of the node's identity.
+        call = super().node_base_ctor_call(schema)
+        present = [
+            f"{a.name}.has_value()"
+            for a in schema.filtered_args(values=True, scalars=False)
+            if isinstance(a.lazy_type, OptionalCType)
+        ]
+        if not present:
+            return call
+        head, sep, tail = call.rpartition("torch::lazy::MHash(")
+        if not sep:
+            raise RuntimeError(f"{schema.name}: unexpected node constructor {call}")
+        joiner = ", " if not tail.startswith(")") else ""
+        return f"{head}{sep}{', '.join(present)}{joiner}{tail}"
+
     def can_be_reused_function(self, schema: LazyIrSchema, node_ctor_args: str) -> str:
         checks = []
         values = schema.filtered_args(values=True, scalars=False)
         for arg in values:
             if isinstance(arg.lazy_type, OptionalCType):
-                checks.append(f"nullable_operand(i++) == {arg.name}.value_or(kNullValue)")
+                # Absent optionals take no operand slot, so presence must match
+                # before positions can be compared.
+                checks.append(f"this->has_{arg.name} == {arg.name}.has_value()")
+                checks.append(f"(!{arg.name} || operand(i++) == *{arg.name})")
             else:
                 checks.append(f"operand(i++) == {arg.name}")
         for arg in schema.filtered_args(values=False, scalars=True):

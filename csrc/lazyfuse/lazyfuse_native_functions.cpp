@@ -10,8 +10,10 @@
 #include <torch/csrc/lazy/core/tensor.h>
 #include <torch/csrc/lazy/core/tensor_impl.h>
 
+#include "lazyfuse/LazyIr.h"
 #include "lazyfuse/LazyNativeFunctions.h"
 #include "lazyfuse/lazyfuse_config.h"
+#include "lazyfuse/lazyfuse_device_checks.h"
 
 namespace lazyfuse {
 namespace {
@@ -226,6 +228,41 @@ at::Tensor LazyNativeFunctions::masked_fill(const at::Tensor& self,
               value.dim(),
               " dimension(s).");
   return at::where(mask, value.to(self.scalar_type()), self);
+}
+
+at::Tensor LazyNativeFunctions::std(const at::Tensor& self,
+                                    at::OptionalIntArrayRef dim,
+                                    const std::optional<at::Scalar>& correction,
+                                    bool keepdim) {
+  TORCH_LAZY_FN_COUNTER("lazy::");
+  return at::sqrt(at::var(self, dim, correction, keepdim));
+}
+
+at::Tensor LazyNativeFunctions::index_select(const at::Tensor& self,
+                                             int64_t dim,
+                                             const at::Tensor& index) {
+  TORCH_LAZY_FN_COUNTER("lazy::");
+  CheckOnLazyDevice("aten::index_select", "self", self);
+  CheckOnLazyDevice("aten::index_select", "index", index);
+  const auto device = torch::lazy::GetBackendDevice(self, index);
+  TORCH_INTERNAL_ASSERT(device);
+  const torch::lazy::Value self_value =
+      torch::lazy::GetLtcTensorOrCreateForWrappedNumber(self, *device)->GetIrValue();
+  const torch::lazy::Value index_value =
+      torch::lazy::GetLtcTensorOrCreateForWrappedNumber(index, *device)->GetIrValue();
+  torch::lazy::NodePtr node = torch::lazy::ReuseNode<IndexSelect>(self_value, dim, index_value);
+  if (!node) {
+    auto on_meta = [](const at::Tensor& t) {
+      return at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kMeta));
+    };
+    at::Tensor out = at::index_select(on_meta(self), dim, on_meta(index));
+    std::vector<torch::lazy::Shape> shapes{
+        torch::lazy::Shape(out.scalar_type(), out.sizes().vec())};
+    node = torch::lazy::MakeNode<IndexSelect>(self_value, dim, index_value, std::move(shapes));
+    torch::lazy::CacheNode(node);
+  }
+  return torch::lazy::CreateAtenFromLtcTensor(
+      torch::lazy::LazyTensor::Create(std::move(node), *device));
 }
 
 at::Tensor LazyNativeFunctions::lift(const at::Tensor& self) {

@@ -4,6 +4,17 @@
 #include <ATen/native/TypeProperties.h>
 
 namespace torch::lazy {
+namespace {
+
+at::Tensor OnMeta(const at::Tensor& tensor) {
+  return at::empty_strided(tensor.sizes(), tensor.strides(), tensor.options().device(at::kMeta));
+}
+
+Shape ShapeOf(const at::Tensor& tensor) {
+  return Shape(tensor.scalar_type(), tensor.sizes().vec());
+}
+
+}  // namespace
 
 std::vector<Shape> compute_shape_where(const at::Tensor& condition,
                                        const at::Tensor& self,
@@ -53,6 +64,50 @@ std::vector<Shape> compute_shape_slice_backward(const at::Tensor& grad_output,
                                                 int64_t /*end*/,
                                                 int64_t /*step*/) {
   return {Shape(grad_output.scalar_type(), input_sizes.vec())};
+}
+
+std::vector<Shape> compute_shape_hardtanh(const at::Tensor& self,
+                                          const at::Scalar& /*min_val*/,
+                                          const at::Scalar& /*max_val*/) {
+  return {ShapeOf(self)};
+}
+
+std::vector<Shape> compute_shape_hardtanh_backward(const at::Tensor& grad_output,
+                                                   const at::Tensor& /*self*/,
+                                                   const at::Scalar& /*min_val*/,
+                                                   const at::Scalar& /*max_val*/) {
+  return {ShapeOf(grad_output)};
+}
+
+// The composite kernels of these ops run on meta tensors, so the shape and
+// dtype rules (and their errors) are eager's own.
+std::vector<Shape> compute_shape_logsumexp(const at::Tensor& self,
+                                           at::IntArrayRef dim,
+                                           bool keepdim) {
+  return {ShapeOf(at::logsumexp(OnMeta(self), dim, keepdim))};
+}
+
+std::vector<Shape> compute_shape_prod(const at::Tensor& self, std::optional<at::ScalarType> dtype) {
+  return {ShapeOf(at::prod(OnMeta(self), dtype))};
+}
+
+std::vector<Shape> compute_shape_roll(const at::Tensor& self,
+                                      at::IntArrayRef shifts,
+                                      at::IntArrayRef dims) {
+  TORCH_CHECK(!shifts.empty(), "`shifts` required");
+  TORCH_CHECK(dims.empty() || shifts.size() == dims.size(),
+              "shifts and dimensions must align. shifts: ",
+              shifts.size(),
+              ", dims:",
+              dims.size());
+  return {ShapeOf(self)};
+}
+
+std::vector<Shape> compute_shape_var(const at::Tensor& self,
+                                     at::OptionalIntArrayRef dim,
+                                     const std::optional<at::Scalar>& correction,
+                                     bool keepdim) {
+  return {ShapeOf(at::var(OnMeta(self), dim, correction, keepdim))};
 }
 
 }  // namespace torch::lazy

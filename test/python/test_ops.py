@@ -13,6 +13,7 @@ import torch.nn.functional as F
 import yaml
 
 import lazyfuse
+from test_opinfo import VIA_OPINFO, opinfo_entry, run_sample
 
 YAML = Path(__file__).resolve().parents[2] / "codegen" / "lazyfuse_ops.yaml"
 
@@ -190,10 +191,28 @@ CASES: dict[str, Case] = {
 }
 
 
+CASES["pow.Scalar"] = Case(lambda a: 2.0**a, inputs(randn(5)), kernels=["pow"])
+
+
 def test_every_yaml_op_has_a_case() -> None:
-    ops = yaml.safe_load(YAML.read_text())["full_codegen"]
-    assert sorted(set(ops) - set(CASES)) == [], "add a Case for each new yaml op"
-    assert sorted(set(CASES) - set(ops)) == []
+    ops = set(yaml.safe_load(YAML.read_text())["full_codegen"])
+    covered = set(CASES) | set(VIA_OPINFO)
+    assert sorted(ops - covered) == [], "add a Case, or a VIA_OPINFO entry, for each new yaml op"
+    assert sorted(covered - ops) == []
+    assert set(CASES).isdisjoint(VIA_OPINFO)
+
+
+@pytest.mark.parametrize("name", sorted(VIA_OPINFO))
+def test_op_reached_through_opinfo(name: str, lazy: torch.device) -> None:
+    """The OpInfo claimed for a yaml op really drives that op's lazy kernel."""
+    op = opinfo_entry(*VIA_OPINFO[name])
+    kernel = f"lazy::{name.split('.')[0]}"
+    dtype = torch.float32 if torch.float32 in op.supported_dtypes("cpu") else torch.int64
+    for sample in op.sample_inputs("cpu", dtype, requires_grad=dtype.is_floating_point):
+        run_sample(op, sample, lazy)
+        if lazyfuse.metrics.counter_value(kernel) > 0:
+            return
+    pytest.fail(f"no {VIA_OPINFO[name]} sample reached {kernel}")
 
 
 def _as_tuple(out: torch.Tensor | tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:

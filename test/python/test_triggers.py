@@ -142,3 +142,16 @@ def test_graphs_that_differ_only_in_wiring_compile_apart(lazy: torch.device) -> 
     assert run(swap=False) == 5
     assert run(swap=True) == -8
     assert run(swap=False) == 5
+
+
+def test_optional_operands_keep_their_role(lazy: torch.device) -> None:
+    # clamp(x, min=b) and clamp(x, max=b) have the same operands; which
+    # optional is present must stay part of IR reuse and of the graph hash.
+    x, b = torch.arange(6.0), torch.full((6,), 2.5)
+    for _ in range(2):
+        low = torch.clamp(x.to(lazy), b.to(lazy), None)
+        lazyfuse.mark_step()
+        high = torch.clamp(x.to(lazy), None, b.to(lazy))
+        lazyfuse.mark_step()
+        torch.testing.assert_close(low.cpu(), torch.clamp(x, b, None))
+        torch.testing.assert_close(high.cpu(), torch.clamp(x, None, b))
