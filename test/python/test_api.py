@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import torch
 
 import lazyfuse
@@ -60,3 +64,11 @@ def test_public_functions_have_docstrings() -> None:
                 and getattr(obj, "__module__", "").startswith("lazyfuse")
             ):
                 assert obj.__doc__, f"{module.__name__}.{name} has no docstring"
+
+
+def test_ops_doc_is_generated_from_the_yaml() -> None:
+    script = Path(__file__).resolve().parents[2] / "codegen" / "gen_ops_doc.py"
+    result = subprocess.run(
+        [sys.executable, str(script), "--check"], capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr

@@ -8,7 +8,9 @@ reason (listed in docs/ops.md); an xfail that starts passing fails the run.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -292,12 +294,20 @@ def test_opinfo(
     TALLY["passed"] += len(samples) - len(failures)
     if request.node.get_closest_marker("xfail"):
         TALLY["xfail"] += len(failures)
-    TALLY[f"op:{op.name}.{op.variant_test_name}"] = 1
+    key = f"op:{op.name}{'.' + op.variant_test_name if op.variant_test_name else ''}"
+    TALLY[key] += len(samples) - len(failures)
     assert not failures, f"{len(failures)}/{len(samples)} samples failed:\n" + "\n".join(failures)
 
 
 def opinfo_summary() -> str | None:
-    ops = sum(1 for key in TALLY if key.startswith("op:"))
-    if not ops:
+    """The closing line of the suite; also saved for codegen/gen_ops_doc.py."""
+    per_op = {key[3:]: count for key, count in TALLY.items() if key.startswith("op:")}
+    if not per_op:
         return None
-    return f"opinfo: {ops} ops, {TALLY['passed']} samples passed, {TALLY['xfail']} xfail"
+    line = f"opinfo: {len(per_op)} ops, {TALLY['passed']} samples passed, {TALLY['xfail']} xfail"
+    results = Path(__file__).resolve().parents[2] / "build" / "opinfo_results.json"
+    results.parent.mkdir(exist_ok=True)
+    results.write_text(
+        json.dumps({"summary": line, "torch": torch.__version__, "ops": per_op}, indent=1)
+    )
+    return line
