@@ -192,6 +192,14 @@ class GenLazyFuseNativeFuncDefinition(GenLazyNativeFuncDefinition):
     def lazy_tensor_decls(self, func: NativeFunction, schema: LazyIrSchema) -> str:
         op = f"aten::{func.func.name}"
         checks = []
+        for arg in schema.filtered_args(values=False, scalars=True):
+            if arg.is_generator:
+                # Graphs run later and draw from the default generator, which
+                # torch.manual_seed seeds; a private generator cannot follow.
+                checks.append(
+                    f'TORCH_CHECK(!{arg.name}.has_value(), "lazyfuse: {op}: a torch.Generator '
+                    'is not supported on the lazy device; seed with torch.manual_seed");'
+                )
         for arg in schema.filtered_args(values=True, scalars=False):
             if arg.is_wrapped_scalar or arg.is_symint_or_list:
                 continue
