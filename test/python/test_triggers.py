@@ -126,6 +126,7 @@ def test_lazy_linear_materialises_on_the_lazy_device(lazy: torch.device) -> None
     assert layer.weight.device.type == "lazy"
     eager = torch.nn.functional.linear(x, layer.weight.detach().cpu(), layer.bias.detach().cpu())
     torch.testing.assert_close(out.cpu(), eager)
+    assert lazyfuse.metrics.fallback_counts() == {}
 
 
 def test_graphs_that_differ_only_in_wiring_compile_apart(lazy: torch.device) -> None:
