@@ -2,6 +2,7 @@
 
 #include <c10/util/Exception.h>
 #include <torch/csrc/lazy/backend/backend_interface.h>
+#include <torch/csrc/lazy/core/config.h>
 #include <torch/csrc/lazy/core/lazy_graph_executor.h>
 
 #include <mutex>
@@ -29,6 +30,11 @@ void InitLazyFuseBackend() {
         "(torch._lazy.ts_backend.init() was called). lazyfuse and the TorchScript lazy backend "
         "cannot share a process; import lazyfuse in a fresh process instead.");
     InitBackingDeviceFromEnv();
+    // LTC's device-data cache hands equal scalars one shared buffer. Graph
+    // parameters are deduplicated by buffer, so whether two scalars (a
+    // learning rate and a bias correction, say) happen to be equal would
+    // enter the graph hash and recompile the graph. Each scalar gets its own.
+    FLAGS_torch_lazy_enable_device_data_cache = false;
     static torch::lazy::BackendRegistrar registrar(GetLazyFuseBackendImpl());
     // Leaked on purpose: LTC may still call into it from exit-time teardown.
     static auto* executor = new LazyFuseGraphExecutor();

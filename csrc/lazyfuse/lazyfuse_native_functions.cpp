@@ -2,6 +2,7 @@
 // device and eager devices, create storage, or only rewrap a value. Listed
 // under "supported" in codegen/lazyfuse_ops.yaml.
 
+#include <ATen/ExpandUtils.h>
 #include <ATen/FunctionalTensorWrapper.h>
 #include <ATen/Functions.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
@@ -263,6 +264,29 @@ at::Tensor LazyNativeFunctions::index_select(const at::Tensor& self,
   }
   return torch::lazy::CreateAtenFromLtcTensor(
       torch::lazy::LazyTensor::Create(std::move(node), *device));
+}
+
+at::Tensor LazyNativeFunctions::copy(const at::Tensor& self,
+                                     const at::Tensor& src,
+                                     bool non_blocking) {
+  // The functional form of copy_: src's values, broadcast to self's shape
+  // and cast to self's dtype. Like eager copy_, src may live on any device.
+  TORCH_LAZY_FN_COUNTER("lazy::");
+  TORCH_CHECK(at::is_expandable_to(src.sizes(), self.sizes()),
+              "copy_: the source of shape ",
+              src.sizes(),
+              " cannot be broadcast to the destination of shape ",
+              self.sizes());
+  at::Tensor value = src.device().type() == c10::kLazy
+                         ? src
+                         : src.to(self.device(), self.scalar_type(), non_blocking, /*copy=*/true);
+  if (value.scalar_type() != self.scalar_type()) {
+    value = value.to(self.scalar_type());
+  }
+  if (value.sizes() != self.sizes()) {
+    value = at::expand_copy(value, self.sizes());
+  }
+  return value.is_same(src) ? LazyNativeFunctions::clone(value, std::nullopt) : value;
 }
 
 at::Tensor LazyNativeFunctions::lift(const at::Tensor& self) {

@@ -26,18 +26,6 @@ std::vector<Shape> compute_shape_where(const at::Tensor& condition,
   return {Shape(at::result_type(self, other), sizes)};
 }
 
-std::vector<Shape> compute_shape_copy(const at::Tensor& self,
-                                      const at::Tensor& src,
-                                      bool /*non_blocking*/) {
-  // copy broadcasts src into self's shape and keeps self's dtype.
-  TORCH_CHECK(at::is_expandable_to(src.sizes(), self.sizes()),
-              "copy: source of shape ",
-              src.sizes(),
-              " cannot be broadcast to destination of shape ",
-              self.sizes());
-  return {Shape(self.scalar_type(), self.sizes().vec())};
-}
-
 std::vector<Shape> compute_shape_fill(const at::Tensor& self, const at::Scalar& /*value*/) {
   return {Shape(self.scalar_type(), self.sizes().vec())};
 }

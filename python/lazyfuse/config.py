@@ -2,7 +2,8 @@
 
 The backing device is chosen once, at import, from ``LAZYFUSE_DEVICE``
 (``cpu`` or ``cuda``; unset means ``cuda`` when a GPU is present, otherwise
-``cpu``). IR reuse starts as ``LAZYFUSE_REUSE_IR`` says (on unless ``0``).
+``cpu``). IR reuse is off unless ``LAZYFUSE_REUSE_IR=1``: LTC recycles device-data
+nodes by swapping their data, which can alias a node a live tensor still holds.
 """
 
 from __future__ import annotations

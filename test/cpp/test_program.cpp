@@ -178,15 +178,6 @@ TEST(ShapeInferenceTest, WhereBroadcastsAndPromotes) {
       c10::Error);
 }
 
-TEST(ShapeInferenceTest, CopyKeepsDestinationAndChecksBroadcast) {
-  auto shapes =
-      torch::lazy::compute_shape_copy(at::empty({2, 3}, at::kDouble), at::empty({3}), false);
-  EXPECT_EQ(shapes[0].sizes().vec(), (std::vector<int64_t>{2, 3}));
-  EXPECT_EQ(shapes[0].scalar_type(), at::kDouble);
-  EXPECT_THROW(torch::lazy::compute_shape_copy(at::empty({2, 3}), at::empty({4}), false),
-               c10::Error);
-}
-
 TEST(ShapeInferenceTest, FillAndMseLossBackwardKeepInputShape) {
   auto fill = torch::lazy::compute_shape_fill(at::empty({5}, at::kInt), 3);
   EXPECT_EQ(fill[0].scalar_type(), at::kInt);

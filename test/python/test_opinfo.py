@@ -75,6 +75,14 @@ CLAIMED: list[tuple[str, str]] = [
     ("narrow", ""),
     ("std", ""),
     ("index_select", ""),
+    ("chunk", ""),
+    ("unsafe_chunk", ""),
+    ("split", ""),
+    ("split", "list_args"),
+    ("unsafe_split", ""),
+    ("split_with_sizes", ""),
+    ("split_with_sizes_copy", ""),
+    ("unbind", ""),
 ]
 
 # yaml ops whose op-by-op coverage is an OpInfo claim rather than a hand-written
@@ -113,6 +121,8 @@ VIA_OPINFO: dict[str, tuple[str, str]] = {
     "clamp_min.Tensor": ("clamp_min", ""),
     "clamp_max.Tensor": ("clamp_max", ""),
     "isnan": ("isnan", ""),
+    "isneginf": ("isneginf", ""),
+    "isposinf": ("isposinf", ""),
     "logical_not": ("logical_not", ""),
     "logical_and": ("logical_and", ""),
     "logical_or": ("logical_or", ""),
@@ -159,6 +169,7 @@ VIA_OPINFO: dict[str, tuple[str, str]] = {
     "argmax": ("argmax", ""),
     "argmin": ("argmin", ""),
     "logsumexp": ("logsumexp", ""),
+    "linalg_vector_norm": ("linalg.vector_norm", ""),
     "cumsum": ("cumsum", ""),
     "cumprod": ("cumprod", ""),
     "all": ("all", ""),

@@ -97,7 +97,6 @@ CASES: dict[str, Case] = {
     "tanh_backward": Case(torch.tanh, inputs(randn(4, 5)), kernels=["tanh_backward"]),
     "fill.Scalar": Case(lambda a: fresh(a).fill_(2.5), inputs(randn(3, 3)), kernels=["fill"]),
     "zero": Case(lambda a: fresh(a).zero_() + a, inputs(randn(3, 3))),
-    "copy": Case(lambda a, b: fresh(a).copy_(b), inputs(randn(3, 4), randn(4))),
     "sum": Case(torch.sum, inputs(randn(3, 4))),
     "sum.dim_IntList": Case(
         lambda a: a.sum(dim=1, keepdim=True), inputs(randn(3, 4)), kernels=["sum"]
@@ -254,3 +253,16 @@ def test_op_matches_eager(name: str, lazy: torch.device) -> None:
     assert lazyfuse.metrics.fallback_counts() == {}
     for kernel in case.kernels or [name.split(".")[0]]:
         assert counters.get(f"lazy::{kernel}", 0) > 0, f"{kernel} never reached lazyfuse"
+
+
+def test_copy_accepts_a_source_on_any_device(lazy: torch.device) -> None:
+    target = torch.zeros(3, 4, dtype=torch.float64).to(lazy)
+    target.copy_(torch.arange(4, dtype=torch.float32))  # CPU source, broadcast and cast
+    lazy_source = torch.ones(3, 4).to(lazy)
+    other = torch.zeros(3, 4).to(lazy)
+    other.copy_(lazy_source * 2)
+    lazyfuse.mark_step()
+    expected = torch.arange(4, dtype=torch.float64).expand(3, 4)
+    torch.testing.assert_close(target.cpu(), expected)
+    torch.testing.assert_close(other.cpu(), torch.full((3, 4), 2.0))
+    assert lazyfuse.metrics.fallback_counts() == {}
