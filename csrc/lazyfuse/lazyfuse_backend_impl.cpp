@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "lazyfuse/lazyfuse_backend_data.h"
+#include "lazyfuse/lazyfuse_compile_log.h"
 #include "lazyfuse/lazyfuse_config.h"
 #include "lazyfuse/lazyfuse_device_data.h"
 #include "lazyfuse/lazyfuse_executor.h"
@@ -116,6 +117,9 @@ class LazyFuseBackendImpl : public torch::lazy::BackendImplInterface {
     for (const auto& instance : instances) {
       const auto* computation = dynamic_cast<const LazyFuseComputation*>(instance.get());
       TORCH_CHECK(computation != nullptr, "lazyfuse: cannot compile a foreign computation");
+      const Program& program = *computation->program();
+      RecordCompile(program,
+                    program.steps.size() + program.parameters.size() + program.constants.size());
       std::lock_guard<std::mutex> lock(g_last_program_mutex);
       g_last_program = computation->program();
     }

@@ -2,6 +2,8 @@
 
 #include <unordered_map>
 
+#include "lazyfuse/lazyfuse_compile_log.h"
+
 namespace lazyfuse {
 
 torch::lazy::LazyGraphExecutor::PostOrderData LazyFuseGraphExecutor::RunPostOrder(
@@ -20,6 +22,10 @@ torch::lazy::LazyGraphExecutor::PostOrderData LazyFuseGraphExecutor::RunPostOrde
     wiring = torch::lazy::HashCombine(wiring, position.at(root.node.get()) * 64 + root.index);
   }
   coll->hash = wiring;
+  // LTC adds the parameter sequence to the hash next; the compile log shows
+  // the hash as LTC's cache will key it.
+  SetPendingGraphHash(
+      torch::lazy::HashCombine(wiring, torch::lazy::Hash(po_data.parameter_sequence)));
   return po_data;
 }
 

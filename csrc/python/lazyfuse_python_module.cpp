@@ -8,6 +8,7 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include "lazyfuse/lazyfuse_backend_impl.h"
+#include "lazyfuse/lazyfuse_compile_log.h"
 #include "lazyfuse/lazyfuse_config.h"
 #include "lazyfuse/lazyfuse_init.h"
 #include "lazyfuse/lazyfuse_node.h"
@@ -98,4 +99,17 @@ PYBIND11_MODULE(_C, m) {
     return program ? program->ToString() : std::string();
   });
   m.def("_nodes_created", &LazyFuseNode::CreatedCount);
+  m.def("_compile_log", [] {
+    py::list out;
+    for (const auto& record : CompileLog()) {
+      py::dict entry;
+      entry["hash"] = torch::lazy::HashToString(record.hash);
+      entry["nodes"] = record.node_count;
+      entry["call_site"] = record.call_site;
+      entry["cause"] = record.cause;
+      out.append(entry);
+    }
+    return out;
+  });
+  m.def("_clear_compile_log", &ClearCompileLog);
 }

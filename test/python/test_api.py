@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -72,3 +73,59 @@ def test_ops_doc_is_generated_from_the_yaml() -> None:
         [sys.executable, str(script), "--check"], capture_output=True, text=True, timeout=300
     )
     assert result.returncode == 0, result.stderr
+
+
+def recompile_reason(lazy: torch.device, shape: tuple[int, ...], dtype: torch.dtype) -> str:
+    x = torch.ones(shape, dtype=dtype).to(lazy)
+    y = (x * 2).sum()
+    lazyfuse.mark_step()  # the call site the log compares against
+    assert y.device.type == "lazy"
+    return lazyfuse.debug.last_compile_reason()
+
+
+def test_compile_log_says_why_a_graph_compiled_again(lazy: torch.device) -> None:
+    lazyfuse.debug.clear_compile_log()
+    assert recompile_reason(lazy, (3, 4), torch.float32) == "first compile at this call site"
+    shape_cause = recompile_reason(lazy, (5, 4), torch.float32)
+    assert "input shape changed" in shape_cause and "Float[3,4]" in shape_cause
+    assert "Float[5,4]" in shape_cause
+    dtype_cause = recompile_reason(lazy, (5, 4), torch.float64)
+    assert "input dtype changed" in dtype_cause and "Double[5,4]" in dtype_cause
+    log = lazyfuse.debug.compile_log()
+    assert len(log) == 3
+    assert all("test_api.py" in entry["call_site"] for entry in log)
+    assert all(entry["nodes"] > 0 and entry["hash"] for entry in log)
+
+
+def test_compile_log_names_a_changed_node(lazy: torch.device) -> None:
+    lazyfuse.debug.clear_compile_log()
+    x = torch.ones(4).to(lazy)
+    for op in (torch.exp, torch.sin):
+        y = op(x)
+        lazyfuse.mark_step()
+    cause = lazyfuse.debug.last_compile_reason()
+    assert "node" in cause and "aten::exp" in cause and "aten::sin" in cause
+    del y
+
+
+def test_debug_env_prints_every_compile() -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import torch, lazyfuse\n"
+            "x = torch.ones(3).to(lazyfuse.lazy_device())\n"
+            "y = (x + 1).sum()\n"
+            "lazyfuse.mark_step()\n",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "LAZYFUSE_DEBUG": "1"},
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    line = next(
+        line for line in result.stderr.splitlines() if line.startswith("[lazyfuse] compile")
+    )
+    assert "hash=" in line and "nodes=" in line and "cause: first compile" in line
+    assert "<string>:4" in line
