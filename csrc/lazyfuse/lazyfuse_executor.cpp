@@ -4,6 +4,8 @@
 #include <c10/util/Exception.h>
 #include <torch/csrc/lazy/core/metrics.h>
 
+#include "lazyfuse/lazyfuse_config.h"
+
 namespace lazyfuse {
 
 std::vector<at::Tensor> RunProgram(const Program& program, std::vector<at::Tensor> parameters) {
@@ -25,7 +27,35 @@ std::vector<at::Tensor> RunProgram(const Program& program, std::vector<at::Tenso
   for (size_t i = 0; i < program.steps.size(); ++i) {
     const Step& step = program.steps[i];
     KernelArgs args(slots, step.inputs, step.operand_arity, step.op.c_str());
-    std::vector<at::Tensor> outs = step.fn(args);
+    std::vector<at::Tensor> outs;
+    try {
+      outs = step.fn(args);
+    } catch (const c10::OutOfMemoryError& error) {
+      TORCH_CHECK_WITH(OutOfMemoryError,
+                       false,
+                       "lazyfuse: ",
+                       step.op,
+                       " (step ",
+                       i,
+                       " of the graph) ran out of memory on ",
+                       BackingDevice(),
+                       ": ",
+                       error.what_without_backtrace());
+    } catch (const std::exception& error) {
+      const std::string what = error.what();
+      const bool out_of_memory = what.find("can't allocate memory") != std::string::npos ||
+                                 what.find("out of memory") != std::string::npos;
+      TORCH_CHECK(false,
+                  "lazyfuse: ",
+                  step.op,
+                  " (step ",
+                  i,
+                  " of the graph) failed on ",
+                  BackingDevice(),
+                  out_of_memory ? " (out of memory)" : "",
+                  ": ",
+                  what.substr(0, what.find("\nException raised from")));
+    }
     TORCH_CHECK(outs.size() == step.outputs.size(),
                 "lazyfuse: ",
                 step.op,

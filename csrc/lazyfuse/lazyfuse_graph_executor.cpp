@@ -6,6 +6,35 @@
 
 namespace lazyfuse {
 
+void LazyFuseGraphExecutor::SyncLiveTensorsGraph(const torch::lazy::BackendDevice* device,
+                                                 c10::ArrayRef<std::string> devices,
+                                                 bool wait) {
+  std::vector<std::pair<torch::lazy::LazyTensorPtr, torch::lazy::Value>> pending;
+  for (auto& tensor : GetLiveTensors(device)) {
+    torch::lazy::Value value = tensor->CurrentIrValue();
+    if (value) {
+      pending.emplace_back(tensor, std::move(value));
+    }
+  }
+  try {
+    torch::lazy::LazyGraphExecutor::SyncLiveTensorsGraph(device, devices, wait);
+    if (wait && device != nullptr) {
+      DeviceBarrier(*device);  // surfaces a failure of this very sync
+    }
+  } catch (...) {
+    for (auto& [tensor, value] : pending) {
+      tensor->SetIrValue(value);
+    }
+    if (device != nullptr) {
+      try {
+        DeviceBarrier(*device);  // takes the stored failure off the device
+      } catch (...) {
+      }
+    }
+    throw;
+  }
+}
+
 torch::lazy::LazyGraphExecutor::PostOrderData LazyFuseGraphExecutor::RunPostOrder(
     const std::vector<torch::lazy::Value>& ir_values, SyncTensorCollection* coll) {
   PostOrderData po_data = torch::lazy::LazyGraphExecutor::RunPostOrder(ir_values, coll);

@@ -8,6 +8,16 @@
 namespace lazyfuse {
 
 class LazyFuseGraphExecutor : public torch::lazy::LazyGraphExecutor {
+ public:
+  // LTC swaps each synced tensor's IR for an output buffer before the graph
+  // runs. If the run fails (out of memory, a kernel error), those buffers
+  // stay empty and the tensors' values would be lost; this puts their IR
+  // back, clears the failure from the device, and rethrows, so the next
+  // mark_step recomputes them.
+  void SyncLiveTensorsGraph(const torch::lazy::BackendDevice* device,
+                            c10::ArrayRef<std::string> devices,
+                            bool wait) override;
+
  protected:
   // LTC hashes each root's DAG and the parameter sequence, but two nodes
   // with equal hashes (same-shape DeviceData, or equal subgraphs) are

@@ -121,3 +121,37 @@ def test_bad_backing_device_is_refused() -> None:
     result = run_python("import lazyfuse", LAZYFUSE_DEVICE="tpu")
     assert result.returncode != 0
     assert "LAZYFUSE_DEVICE must be 'cpu' or 'cuda'" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("name", "op", "counter"),
+    [
+        ("nonzero", torch.nonzero, "aten::nonzero"),
+        ("masked_select", lambda x: torch.masked_select(x, x > 0), "aten::masked_select"),
+        ("unique", torch.unique, "aten::_unique2"),
+    ],
+)
+def test_data_dependent_shapes_sync_and_are_counted(lazy: torch.device, name, op, counter) -> None:
+    # Their output shape depends on values, so they run eagerly after a sync,
+    # and the sync is counted under the op's name.
+    x = torch.tensor([0.0, 1.5, 0.0, -2.0, 3.0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = op(x.to(lazy))
+    assert result.device.type == "lazy"
+    torch.testing.assert_close(result.cpu(), op(x))
+    assert lazyfuse.metrics.counter_value(counter) == 1
+
+
+def test_out_of_memory_names_the_op_and_loses_nothing(lazy: torch.device) -> None:
+    survivor = torch.ones(3).to(lazy) * 4
+    # 4 TiB: the allocation fails at once, without touching real memory.
+    huge = torch.zeros(1).to(lazy).expand(2**40) * 2
+    with pytest.raises(RuntimeError, match=r"lazyfuse: aten::\w+ .*out of memory"):
+        lazyfuse.mark_step()
+    del huge
+    lazyfuse.mark_step()
+    torch.testing.assert_close(survivor.cpu(), torch.full((3,), 4.0))
+    fresh = torch.arange(3.0).to(lazy) + 1
+    lazyfuse.mark_step()
+    torch.testing.assert_close(fresh.cpu(), torch.tensor([1.0, 2.0, 3.0]))
