@@ -98,4 +98,70 @@ std::vector<Shape> compute_shape_var(const at::Tensor& self,
   return {ShapeOf(at::var(OnMeta(self), dim, correction, keepdim))};
 }
 
+std::vector<Shape> compute_shape_as_strided_scatter(const at::Tensor& self,
+                                                    const at::Tensor& /*src*/,
+                                                    at::IntArrayRef /*size*/,
+                                                    at::IntArrayRef /*stride*/,
+                                                    std::optional<int64_t> /*storage_offset*/) {
+  return {ShapeOf(self)};
+}
+
+std::vector<Shape> compute_shape_native_group_norm(const at::Tensor& input,
+                                                   const std::optional<at::Tensor>& /*weight*/,
+                                                   const std::optional<at::Tensor>& /*bias*/,
+                                                   int64_t N,
+                                                   int64_t C,
+                                                   int64_t /*HxW*/,
+                                                   int64_t group,
+                                                   double /*eps*/) {
+  TORCH_CHECK(group > 0 && C % group == 0,
+              "Expected number of channels in input to be divisible by num_groups, but got input "
+              "of shape ",
+              input.sizes(),
+              " and num_groups=",
+              group);
+  // output, mean and rstd, the statistics one per (sample, group)
+  return {ShapeOf(input),
+          Shape(input.scalar_type(), {N, group}),
+          Shape(input.scalar_type(), {N, group})};
+}
+
+std::vector<Shape> compute_shape_native_group_norm_backward(
+    const at::Tensor& /*grad_out*/,
+    const at::Tensor& input,
+    const at::Tensor& /*mean*/,
+    const at::Tensor& /*rstd*/,
+    const std::optional<at::Tensor>& /*weight*/,
+    int64_t /*N*/,
+    int64_t C,
+    int64_t /*HxW*/,
+    int64_t /*group*/,
+    std::array<bool, 3> /*output_mask*/) {
+  return {ShapeOf(input), Shape(input.scalar_type(), {C}), Shape(input.scalar_type(), {C})};
+}
+
+std::vector<Shape> compute_shape_diagonal_backward(const at::Tensor& grad_output,
+                                                   at::IntArrayRef input_sizes,
+                                                   int64_t /*offset*/,
+                                                   int64_t /*dim1*/,
+                                                   int64_t /*dim2*/) {
+  return {Shape(grad_output.scalar_type(), input_sizes.vec())};
+}
+
+std::vector<Shape> compute_shape_unfold_backward(const at::Tensor& grad_in,
+                                                 at::IntArrayRef input_sizes,
+                                                 int64_t /*dim*/,
+                                                 int64_t /*size*/,
+                                                 int64_t /*step*/) {
+  return {Shape(grad_in.scalar_type(), input_sizes.vec())};
+}
+
+std::vector<Shape> compute_shape_logit(const at::Tensor& self, std::optional<double> /*eps*/) {
+  // Integer inputs compute in the default float type, as in eager.
+  const at::ScalarType dtype = at::isIntegralType(self.scalar_type(), /*includeBool=*/true)
+                                   ? at::typeMetaToScalarType(at::get_default_dtype())
+                                   : self.scalar_type();
+  return {Shape(dtype, self.sizes().vec())};
+}
+
 }  // namespace torch::lazy

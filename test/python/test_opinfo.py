@@ -83,6 +83,7 @@ CLAIMED: list[tuple[str, str]] = [
     ("split_with_sizes", ""),
     ("split_with_sizes_copy", ""),
     ("unbind", ""),
+    ("nn.functional.binary_cross_entropy_with_logits", ""),
 ]
 
 # yaml ops whose op-by-op coverage is an OpInfo claim rather than a hand-written
@@ -198,6 +199,28 @@ VIA_OPINFO: dict[str, tuple[str, str]] = {
     "flip": ("flip", ""),
     "roll": ("roll", ""),
     "repeat": ("repeat", ""),
+    "topk": ("topk", ""),
+    "sort": ("sort", ""),
+    "sort.stable": ("sort", ""),
+    "log_sigmoid_forward": ("nn.functional.logsigmoid", ""),
+    "log_sigmoid_backward": ("nn.functional.logsigmoid", ""),
+    "logit": ("logit", ""),
+    "logit_backward": ("logit", ""),
+    "diagonal_backward": ("diagonal", ""),
+    "unfold_backward": ("unfold", ""),
+    "baddbmm": ("baddbmm", ""),
+    "binary_cross_entropy": ("nn.functional.binary_cross_entropy", ""),
+    "binary_cross_entropy_backward": ("nn.functional.binary_cross_entropy", ""),
+    "native_group_norm": ("nn.functional.group_norm", ""),
+    "native_group_norm_backward": ("nn.functional.group_norm", ""),
+    "_adaptive_avg_pool2d": ("nn.functional.adaptive_avg_pool2d", ""),
+    "_adaptive_avg_pool2d_backward": ("nn.functional.adaptive_avg_pool2d", ""),
+    "diagonal_copy": ("diagonal", ""),
+    "unfold_copy": ("unfold", ""),
+    "slice_scatter": ("slice_scatter", ""),
+    "select_scatter": ("select_scatter", ""),
+    "diagonal_scatter": ("diagonal_scatter", ""),
+    "as_strided_scatter": ("as_strided_scatter", ""),
 }
 
 for _claim in VIA_OPINFO.values():

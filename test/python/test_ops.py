@@ -186,6 +186,9 @@ CASES: dict[str, Case] = {
     ),
     "select_copy.int": Case(lambda a: a[1], inputs(randn(3, 4)), kernels=["select_copy"]),
     "slice_copy.Tensor": Case(lambda a: a[1:3, ::2], inputs(randn(4, 6)), kernels=["slice_copy"]),
+    "as_strided_copy": Case(
+        lambda a: a.as_strided((2, 2), (1, 2), 1) * 1, inputs(randn(3, 3)), grad=False
+    ),
     "select_backward": Case(lambda a: a[1] * 2, inputs(randn(3, 4))),
     "slice_backward": Case(lambda a: a[1:3] * 2, inputs(randn(4, 3))),
 }
