@@ -13,6 +13,7 @@
 #include <mutex>
 
 #include "lazyfuse/LazyNativeFunctions.h"
+#include "lazyfuse/lazyfuse_closure_node.h"
 #include "lazyfuse/lazyfuse_config.h"
 #include "lazyfuse/lazyfuse_device_checks.h"
 #include "lazyfuse/lazyfuse_lowering_context.h"
@@ -46,7 +47,7 @@ template <typename... Tensors>
 at::Tensor MakeRandom(const char* op,
                       std::vector<torch::lazy::Shape> shapes,
                       torch::lazy::hash_t attributes_hash,
-                      SeededRandom::Draw draw,
+                      DrawFn draw,
                       const Tensors&... inputs) {
   const auto device = torch::lazy::GetBackendDevice(inputs...);
   TORCH_INTERNAL_ASSERT(device);
@@ -54,11 +55,13 @@ at::Tensor MakeRandom(const char* op,
       torch::lazy::GetLtcTensorOrCreateForWrappedNumber(inputs, *device)->GetIrValue()...};
   operands.push_back(torch::lazy::LazyGraphExecutor::Get()->GetIrValueForScalarFromCodegen(
       at::Scalar(DrawSeed()), *device));
-  auto node = torch::lazy::MakeNode<SeededRandom>(torch::lazy::OpKind(c10::Symbol::aten(op)),
-                                                  operands,
-                                                  std::move(shapes),
-                                                  attributes_hash,
-                                                  std::move(draw));
+  const size_t num_inputs = operands.size() - 1;
+  auto node = torch::lazy::MakeNode<ClosureNode>(torch::lazy::OpKind(c10::Symbol::aten(op)),
+                                                 operands,
+                                                 std::move(shapes),
+                                                 attributes_hash,
+                                                 StepKind::kOpaque,
+                                                 SeededStep(num_inputs, std::move(draw)));
   return torch::lazy::CreateAtenFromLtcTensor(
       torch::lazy::LazyTensor::Create(torch::lazy::Value(node, 0), *device));
 }
@@ -69,25 +72,15 @@ std::vector<torch::lazy::Shape> SameShape(const at::Tensor& tensor) {
 
 }  // namespace
 
-SeededRandom::SeededRandom(torch::lazy::OpKind op,
-                           torch::lazy::OpList operands,
-                           std::vector<torch::lazy::Shape>&& shapes,
-                           torch::lazy::hash_t attributes_hash,
-                           Draw draw)
-    // The base binds shapes by reference, so size() is read before the move.
-    : LazyFuseNode(std::move(op), operands, std::move(shapes), shapes.size(), attributes_hash),
-      draw_(std::move(draw)) {}
-
-void SeededRandom::Lower(LazyFuseLoweringContext& ctx) const {
-  const size_t num_inputs = operands().size() - 1;
-  ctx.EmitStep(this, StepKind::kOpaque, [draw = draw_, num_inputs](KernelArgs& args) {
+StepFn SeededStep(size_t num_inputs, DrawFn draw) {
+  return [draw = std::move(draw), num_inputs](KernelArgs& args) {
     std::vector<at::Tensor> inputs;
     inputs.reserve(num_inputs);
     for (size_t i = 0; i < num_inputs; ++i) {
       inputs.push_back(args.tensor());
     }
     return draw(inputs, SeededGenerator(args.scalar().toLong()));
-  });
+  };
 }
 
 at::Tensor LazyNativeFunctions::uniform(const at::Tensor& self,

@@ -11,27 +11,16 @@
 
 #include <functional>
 
-#include "lazyfuse/lazyfuse_node.h"
+#include "lazyfuse/lazyfuse_program.h"
 
 namespace lazyfuse {
 
-class SeededRandom : public LazyFuseNode {
- public:
-  // Computes the op from its tensor operands with a generator seeded for
-  // this node.
-  using Draw = std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>& inputs,
+// Computes a random op from its tensor operands with a generator seeded for
+// this node.
+using DrawFn = std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>& inputs,
                                                      at::Generator gen)>;
 
-  SeededRandom(torch::lazy::OpKind op,
-               torch::lazy::OpList operands,
-               std::vector<torch::lazy::Shape>&& shapes,
-               torch::lazy::hash_t attributes_hash,
-               Draw draw);
-
-  void Lower(LazyFuseLoweringContext& ctx) const override;
-
- private:
-  Draw draw_;
-};
+// The step of a seeded node: reads `num_inputs` tensors, then the seed.
+StepFn SeededStep(size_t num_inputs, DrawFn draw);
 
 }  // namespace lazyfuse

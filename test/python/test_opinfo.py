@@ -84,6 +84,8 @@ CLAIMED: list[tuple[str, str]] = [
     ("split_with_sizes_copy", ""),
     ("unbind", ""),
     ("nn.functional.binary_cross_entropy_with_logits", ""),
+    ("__getitem__", ""),
+    ("index_put", ""),
 ]
 
 # yaml ops whose op-by-op coverage is an OpInfo claim rather than a hand-written

@@ -269,3 +269,57 @@ def test_copy_accepts_a_source_on_any_device(lazy: torch.device) -> None:
     torch.testing.assert_close(target.cpu(), expected)
     torch.testing.assert_close(other.cpu(), torch.full((3, 4), 2.0))
     assert lazyfuse.metrics.fallback_counts() == {}
+
+
+def test_creation_directly_on_the_lazy_device(lazy: torch.device) -> None:
+    made = {
+        "arange": torch.arange(2, 11, 3, device=lazy),
+        "arange_float": torch.arange(0.0, 1.0, 0.25, device=lazy),
+        "full": torch.full((2, 3), 1.5, device=lazy),
+        "zeros": torch.zeros(4, dtype=torch.int32, device=lazy),
+        "ones": torch.ones(2, 2, device=lazy),
+    }
+    expected = {
+        "arange": torch.arange(2, 11, 3),
+        "arange_float": torch.arange(0.0, 1.0, 0.25),
+        "full": torch.full((2, 3), 1.5),
+        "zeros": torch.zeros(4, dtype=torch.int32),
+        "ones": torch.ones(2, 2),
+    }
+    lazyfuse.mark_step()
+    for name, tensor in made.items():
+        assert tensor.device.type == "lazy", name
+        torch.testing.assert_close(tensor.cpu(), expected[name], msg=name)
+    assert lazyfuse.metrics.fallback_counts() == {}
+
+
+def test_advanced_indexing_reads_and_writes(lazy: torch.device) -> None:
+    x = torch.arange(12.0).view(3, 4)
+    rows, cols = torch.tensor([0, 2]), torch.tensor([1, 3])
+    lazy_x = x.to(lazy)
+    picked = lazy_x[rows.to(lazy), cols.to(lazy)]
+    mixed = lazy_x[:, cols]  # a CPU index, as eager CUDA also accepts
+    written = lazy_x.clone()
+    written[rows.to(lazy)] = torch.tensor(-1.0).to(lazy)
+    accumulated = (
+        torch.zeros(5)
+        .to(lazy)
+        .index_put_((torch.tensor([0, 0, 3]).to(lazy),), torch.ones(3).to(lazy), accumulate=True)
+    )
+    lazyfuse.mark_step()
+    torch.testing.assert_close(picked.cpu(), x[rows, cols])
+    torch.testing.assert_close(mixed.cpu(), x[:, cols])
+    expected = x.clone()
+    expected[rows] = -1.0
+    torch.testing.assert_close(written.cpu(), expected)
+    torch.testing.assert_close(accumulated.cpu(), torch.tensor([2.0, 0.0, 0.0, 1.0, 0.0]))
+    assert lazyfuse.metrics.fallback_counts() == {}
+
+
+def test_boolean_mask_indexing_syncs_once_and_counts_it(lazy: torch.device) -> None:
+    x = torch.tensor([3.0, -1.0, 4.0, -1.5])
+    lazy_x = x.to(lazy)
+    selected = lazy_x[lazy_x > 0]
+    torch.testing.assert_close(selected.cpu(), x[x > 0])
+    assert lazyfuse.metrics.counter_value("LazyFuseDataDependentSync") == 1
+    assert lazyfuse.metrics.fallback_counts() == {}
