@@ -68,6 +68,9 @@ def render_static() -> str:
             lines.append(f"- expected failure `{where}`: {reason}")
     else:
         lines.append("- no expected failures among the claimed OpInfo entries")
+    for (name, variant), (_, reason) in sorted(opinfo.SAMPLE_SKIPS.items()):
+        where = f"{name}{'.' + variant if variant else ''}"
+        lines.append(f"- skipped samples of `{where}`: {reason}")
     lines.append(
         "- every ATen op not listed above runs through the eager fallback: counted as"
         " `aten::<name>` in `lazyfuse.metrics` and warned about once"

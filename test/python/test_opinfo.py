@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+import torch._lazy  # noqa: F401 - OpInfo's wrapper_set_seed calls torch._lazy.mark_step()
 from torch.testing._internal.common_methods_invocations import op_db
 from torch.utils._pytree import tree_flatten, tree_map
 
@@ -86,6 +88,23 @@ CLAIMED: list[tuple[str, str]] = [
     ("nn.functional.binary_cross_entropy_with_logits", ""),
     ("__getitem__", ""),
     ("index_put", ""),
+    ("float_power", ""),
+    ("true_divide", ""),
+    ("rad2deg", ""),
+    ("deg2rad", ""),
+    ("nn.functional.celu", ""),
+    ("nn.functional.selu", ""),
+    ("nn.functional.relu6", ""),
+    ("nn.functional.softsign", ""),
+    ("nn.functional.tanhshrink", ""),
+    ("nn.functional.softmin", ""),
+    ("double", ""),
+    ("float", ""),
+    ("long", ""),
+    ("bool", ""),
+    ("int", ""),
+    ("to", ""),
+    ("nn.functional.scaled_dot_product_attention", ""),
 ]
 
 # yaml ops whose op-by-op coverage is an OpInfo claim rather than a hand-written
@@ -113,6 +132,31 @@ VIA_OPINFO: dict[str, tuple[str, str]] = {
     "tan": ("tan", ""),
     "trunc": ("trunc", ""),
     "atan2": ("atan2", ""),
+    "erfc": ("erfc", ""),
+    "erfinv": ("erfinv", ""),
+    "lgamma": ("lgamma", ""),
+    "digamma": ("digamma", ""),
+    "sinc": ("sinc", ""),
+    "asinh": ("asinh", ""),
+    "acosh": ("acosh", ""),
+    "atanh": ("atanh", ""),
+    "signbit": ("signbit", ""),
+    "xlogy.Tensor": ("xlogy", ""),
+    "hypot": ("hypot", ""),
+    "logaddexp": ("logaddexp", ""),
+    "logaddexp2": ("logaddexp2", ""),
+    "copysign.Tensor": ("copysign", ""),
+    "fmin": ("fmin", ""),
+    "fmax": ("fmax", ""),
+    "heaviside": ("heaviside", ""),
+    "nextafter": ("nextafter", ""),
+    "hardshrink": ("nn.functional.hardshrink", ""),
+    "softshrink": ("nn.functional.softshrink", ""),
+    "hardshrink_backward": ("nn.functional.hardshrink", ""),
+    "softshrink_backward": ("nn.functional.softshrink", ""),
+    "polygamma": ("digamma", ""),
+    "glu": ("nn.functional.glu", ""),
+    "glu_backward": ("nn.functional.glu", ""),
     "fmod.Tensor": ("fmod", ""),
     "remainder.Tensor": ("remainder", ""),
     "pow.Tensor_Tensor": ("pow", ""),
@@ -232,6 +276,23 @@ for _claim in VIA_OPINFO.values():
 # (name, variant, dtype or None for every dtype) -> why it fails today.
 XFAIL: dict[tuple[str, str, torch.dtype | None], str] = {}
 
+# (name, variant) -> (which samples, why they are left out). Counted and shown
+# in the summary line and docs/ops.md.
+SAMPLE_SKIPS: dict[tuple[str, str], tuple[Callable[[Any], bool], str]] = {
+    ("nn.functional.scaled_dot_product_attention", ""): (
+        lambda sample: sample.kwargs.get("dropout_p", 0.0) > 0,
+        "samples with dropout_p > 0: lazy dropout draws its own numbers (seeded by"
+        " torch.manual_seed), so they cannot equal eager's; test_random.py checks dropout"
+        " statistically",
+    ),
+}
+
+# (name, variant) -> looser tolerances, with why.
+TOLERANCES: dict[tuple[str, str], dict[str, float]] = {
+    # Eager CPU runs fused flash attention; lazy runs the math decomposition.
+    ("nn.functional.scaled_dot_product_attention", ""): {"atol": 1e-4, "rtol": 1e-4},
+}
+
 DTYPES = [torch.float32, torch.float64, torch.int64, torch.int32, torch.uint8, torch.bool]
 
 TALLY: Counter[str] = Counter()
@@ -293,14 +354,17 @@ def run_sample(op: Any, sample: Any, lazy: torch.device) -> None:
     if eager_diff:
         weights = [torch.randn_like(t) for t in eager_diff]
         torch.autograd.backward(eager_diff, weights)
-        torch.autograd.backward(lazy_diff, [w.to(lazy) for w in weights])
+        # Outputs may have left the lazy device (x.to("cpu")): weights follow.
+        moved = [w.to(o.device) for w, o in zip(weights, lazy_diff, strict=True)]
+        torch.autograd.backward(lazy_diff, moved)
     lazyfuse.mark_step()
 
+    tolerance = TOLERANCES.get((op.name, op.variant_test_name), {})
     expected_flat, _ = tree_flatten(expected)
     actual_flat, _ = tree_flatten(actual)
     for e, a in zip(expected_flat, actual_flat, strict=True):
         if isinstance(e, torch.Tensor):
-            torch.testing.assert_close(a.cpu(), e.detach(), equal_nan=True)
+            torch.testing.assert_close(a.cpu(), e.detach(), equal_nan=True, **tolerance)
         else:
             assert a == e
     eager_leaves = _leaves(sample)
@@ -308,7 +372,7 @@ def run_sample(op: Any, sample: Any, lazy: torch.device) -> None:
     lazy_leaves = [t for t in lazy_leaves if isinstance(t, torch.Tensor)]
     for e, a in zip(eager_leaves, lazy_leaves, strict=True):
         if e.grad is not None:
-            torch.testing.assert_close(a.grad.cpu(), e.grad, equal_nan=True)
+            torch.testing.assert_close(a.grad.cpu(), e.grad, equal_nan=True, **tolerance)
     fallbacks = lazyfuse.metrics.fallback_counts()
     assert fallbacks == {}, f"fell back to eager: {fallbacks}"
 
@@ -319,6 +383,11 @@ def test_opinfo(
 ) -> None:
     grad = op.supports_autograd and dtype.is_floating_point
     samples = list(op.sample_inputs("cpu", dtype, requires_grad=grad))
+    skip = SAMPLE_SKIPS.get((op.name, op.variant_test_name))
+    if skip:
+        kept = [sample for sample in samples if not skip[0](sample)]
+        TALLY["skipped"] += len(samples) - len(kept)
+        samples = kept
     failures = []
     for index, sample in enumerate(samples):
         torch.manual_seed(index)
@@ -340,7 +409,10 @@ def opinfo_summary() -> str | None:
     per_op = {key[3:]: count for key, count in TALLY.items() if key.startswith("op:")}
     if not per_op:
         return None
-    line = f"opinfo: {len(per_op)} ops, {TALLY['passed']} samples passed, {TALLY['xfail']} xfail"
+    line = (
+        f"opinfo: {len(per_op)} ops, {TALLY['passed']} samples passed, {TALLY['xfail']} xfail"
+        f" ({TALLY['skipped']} samples skipped, reasons in docs/ops.md)"
+    )
     results = Path(__file__).resolve().parents[2] / "build" / "opinfo_results.json"
     results.parent.mkdir(exist_ok=True)
     results.write_text(
