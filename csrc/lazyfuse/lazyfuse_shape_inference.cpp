@@ -164,4 +164,29 @@ std::vector<Shape> compute_shape_logit(const at::Tensor& self, std::optional<dou
   return {Shape(dtype, self.sizes().vec())};
 }
 
+std::vector<Shape> compute_shape_dot(const at::Tensor& self, const at::Tensor& tensor) {
+  TORCH_CHECK(self.dim() == 1 && tensor.dim() == 1,
+              "1D tensors expected, but got ",
+              self.dim(),
+              "D and ",
+              tensor.dim(),
+              "D tensors");
+  TORCH_CHECK(self.scalar_type() == tensor.scalar_type(),
+              "dot : expected both vectors to have same dtype, but found ",
+              self.scalar_type(),
+              " and ",
+              tensor.scalar_type());
+  TORCH_CHECK(self.numel() == tensor.numel(),
+              "inconsistent tensor size, expected tensor [",
+              self.numel(),
+              "] and src [",
+              tensor.numel(),
+              "] to have the same number of elements, but got ",
+              self.numel(),
+              " and ",
+              tensor.numel(),
+              " elements respectively");
+  return {Shape(self.scalar_type(), {})};
+}
+
 }  // namespace torch::lazy

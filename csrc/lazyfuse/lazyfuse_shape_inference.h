@@ -26,5 +26,6 @@ TORCH_API std::vector<torch::lazy::Shape> compute_shape_native_group_norm_backwa
 TORCH_API std::vector<torch::lazy::Shape> compute_shape_diagonal_backward(const at::Tensor & grad_output, at::IntArrayRef input_sizes, int64_t offset, int64_t dim1, int64_t dim2);
 TORCH_API std::vector<torch::lazy::Shape> compute_shape_logit(const at::Tensor & self, ::std::optional<double> eps);
 TORCH_API std::vector<torch::lazy::Shape> compute_shape_unfold_backward(const at::Tensor & grad_in, at::IntArrayRef input_sizes, int64_t dim, int64_t size, int64_t step);
+TORCH_API std::vector<torch::lazy::Shape> compute_shape_dot(const at::Tensor & self, const at::Tensor & tensor);
 // clang-format on
 }  // namespace torch::lazy

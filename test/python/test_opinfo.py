@@ -105,6 +105,11 @@ CLAIMED: list[tuple[str, str]] = [
     ("int", ""),
     ("to", ""),
     ("nn.functional.scaled_dot_product_attention", ""),
+    ("matmul", ""),
+    ("nn.functional.linear", ""),
+    ("nn.functional.conv1d", ""),
+    ("nn.functional.pad", "constant"),
+    ("div", "floor_rounding"),
 ]
 
 # yaml ops whose op-by-op coverage is an OpInfo claim rather than a hand-written
@@ -177,6 +182,9 @@ VIA_OPINFO: dict[str, tuple[str, str]] = {
     "bitwise_not": ("bitwise_not", ""),
     "bitwise_and.Tensor": ("bitwise_and", ""),
     "bitwise_or.Tensor": ("bitwise_or", ""),
+    "bitwise_xor.Tensor": ("bitwise_xor", ""),
+    "gcd": ("gcd", ""),
+    "lcm": ("lcm", ""),
     "gelu": ("nn.functional.gelu", ""),
     "gelu_backward": ("nn.functional.gelu", ""),
     "silu": ("nn.functional.silu", ""),
@@ -255,6 +263,10 @@ VIA_OPINFO: dict[str, tuple[str, str]] = {
     "diagonal_backward": ("diagonal", ""),
     "unfold_backward": ("unfold", ""),
     "baddbmm": ("baddbmm", ""),
+    "mv": ("mv", ""),
+    "addmv": ("addmv", ""),
+    "dot": ("dot", ""),
+    "norm.ScalarOpt_dim": ("norm", ""),
     "binary_cross_entropy": ("nn.functional.binary_cross_entropy", ""),
     "binary_cross_entropy_backward": ("nn.functional.binary_cross_entropy", ""),
     "native_group_norm": ("nn.functional.group_norm", ""),
