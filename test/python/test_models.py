@@ -128,16 +128,23 @@ def sgd_momentum(m: nn.Module) -> torch.optim.Optimizer:
     return torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9)
 
 
-def test_cnn_eval_mode_matches_eager_exactly(lazy: torch.device) -> None:
-    # In eval mode batch norm uses its running statistics and dropout is off,
-    # so every step is deterministic.
+def train_cnn(
+    lazy: torch.device, training: bool
+) -> tuple[list[float], nn.Module, list[float], nn.Module]:
     torch.manual_seed(0)
-    model = cnn().eval()
+    model = cnn().train(training)
     batches = cnn_batches(20)
     eager_losses, eager_model = train(
         copy.deepcopy(model), sgd_momentum, F.cross_entropy, batches, torch.device("cpu")
     )
     lazy_losses, lazy_model = train(model, sgd_momentum, F.cross_entropy, batches, lazy)
+    return eager_losses, eager_model, lazy_losses, lazy_model
+
+
+def test_cnn_eval_mode_matches_eager_exactly(lazy: torch.device) -> None:
+    # In eval mode batch norm uses its running statistics and dropout is off,
+    # so every step is deterministic.
+    eager_losses, eager_model, lazy_losses, lazy_model = train_cnn(lazy, training=False)
     torch.testing.assert_close(lazy_losses, eager_losses)
     compare(eager_model, lazy_model)
     assert lazyfuse.metrics.fallback_counts() == {}
@@ -146,13 +153,7 @@ def test_cnn_eval_mode_matches_eager_exactly(lazy: torch.device) -> None:
 def test_cnn_train_mode_learns_like_eager(lazy: torch.device) -> None:
     # Dropout draws differ between devices, so train mode is compared by
     # outcome: both runs learn the batch, to a similar loss.
-    torch.manual_seed(0)
-    model = cnn().train()
-    batches = cnn_batches(20)
-    eager_losses, eager_model = train(
-        copy.deepcopy(model), sgd_momentum, F.cross_entropy, batches, torch.device("cpu")
-    )
-    lazy_losses, lazy_model = train(model, sgd_momentum, F.cross_entropy, batches, lazy)
+    eager_losses, _, lazy_losses, lazy_model = train_cnn(lazy, training=True)
     assert lazy_losses[0] == pytest.approx(eager_losses[0], rel=0.2)
     assert lazy_losses[-1] < 0.5 * lazy_losses[0]
     assert lazy_losses[-1] == pytest.approx(eager_losses[-1], abs=0.3)
