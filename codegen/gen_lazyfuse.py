@@ -35,7 +35,6 @@ ATEN_PATH = os.path.join(os.path.dirname(torchgen.__file__), "packaged", "ATen")
 KIND_OVERRIDES = {
     "fill.Scalar": "kPointwise",
     "zero": "kPointwise",
-    "copy": "kPointwise",
     "mse_loss": "kReduction",
     "mse_loss_backward": "kPointwise",
 }
@@ -203,10 +202,8 @@ class GenLazyFuseNativeFuncDefinition(GenLazyNativeFuncDefinition):
         for arg in schema.filtered_args(values=True, scalars=False):
             if arg.is_wrapped_scalar or arg.is_symint_or_list:
                 continue
-            if is_tensor_list(arg):
-                checks.append(f'lazyfuse::CheckOnLazyDevice("{op}", "{arg.name}", {arg.name});')
-            else:
-                checks.append(f'lazyfuse::CheckOnLazyDevice("{op}", "{arg.name}", {arg.name});')
+            # One overload set covers tensors, optional tensors and lists.
+            checks.append(f'lazyfuse::CheckOnLazyDevice("{op}", "{arg.name}", {arg.name});')
         return "\n        ".join(
             checks + [self.dtype_probe(func, schema), super().lazy_tensor_decls(func, schema)]
         )

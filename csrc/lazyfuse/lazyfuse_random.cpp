@@ -43,27 +43,35 @@ void CheckNoGenerator(const char* op, const std::optional<at::Generator>& genera
               "torch.manual_seed");
 }
 
-template <typename... Tensors>
-at::Tensor MakeRandom(const char* op,
-                      std::vector<torch::lazy::Shape> shapes,
-                      torch::lazy::hash_t attributes_hash,
-                      DrawFn draw,
-                      const Tensors&... inputs) {
-  const auto device = torch::lazy::GetBackendDevice(inputs...);
+// A seeded node over one tensor operand. Checks the arguments first: the
+// input must be lazy, and a private generator cannot drive a deferred graph.
+torch::lazy::Value MakeRandom(const char* op,
+                              const at::Tensor& input,
+                              const std::optional<at::Generator>& generator,
+                              std::vector<torch::lazy::Shape> shapes,
+                              torch::lazy::hash_t attributes_hash,
+                              DrawFn draw) {
+  const std::string qualified = std::string("aten::") + op;
+  CheckNoGenerator(qualified.c_str(), generator);
+  CheckOnLazyDevice(qualified.c_str(), "self", input);
+  const auto device = torch::lazy::GetBackendDevice(input);
   TORCH_INTERNAL_ASSERT(device);
   std::vector<torch::lazy::Value> operands{
-      torch::lazy::GetLtcTensorOrCreateForWrappedNumber(inputs, *device)->GetIrValue()...};
-  operands.push_back(torch::lazy::LazyGraphExecutor::Get()->GetIrValueForScalarFromCodegen(
-      at::Scalar(DrawSeed()), *device));
-  const size_t num_inputs = operands.size() - 1;
+      torch::lazy::TryGetLtcTensor(input)->GetIrValue(),
+      torch::lazy::LazyGraphExecutor::Get()->GetIrValueForScalarFromCodegen(at::Scalar(DrawSeed()),
+                                                                            *device)};
   auto node = torch::lazy::MakeNode<ClosureNode>(torch::lazy::OpKind(c10::Symbol::aten(op)),
                                                  operands,
                                                  std::move(shapes),
                                                  attributes_hash,
                                                  StepKind::kOpaque,
-                                                 SeededStep(num_inputs, std::move(draw)));
-  return torch::lazy::CreateAtenFromLtcTensor(
-      torch::lazy::LazyTensor::Create(torch::lazy::Value(node, 0), *device));
+                                                 SeededStep(std::move(draw)));
+  return torch::lazy::Value(node, 0);
+}
+
+at::Tensor LazyOutput(const torch::lazy::Value& value, const at::Tensor& like, size_t index = 0) {
+  return torch::lazy::CreateAtenFromLtcTensor(torch::lazy::LazyTensor::Create(
+      torch::lazy::Value(value.node, index), torch::lazy::TryGetLtcTensor(like)->GetDevice()));
 }
 
 std::vector<torch::lazy::Shape> SameShape(const at::Tensor& tensor) {
@@ -72,14 +80,10 @@ std::vector<torch::lazy::Shape> SameShape(const at::Tensor& tensor) {
 
 }  // namespace
 
-StepFn SeededStep(size_t num_inputs, DrawFn draw) {
-  return [draw = std::move(draw), num_inputs](KernelArgs& args) {
-    std::vector<at::Tensor> inputs;
-    inputs.reserve(num_inputs);
-    for (size_t i = 0; i < num_inputs; ++i) {
-      inputs.push_back(args.tensor());
-    }
-    return draw(inputs, SeededGenerator(args.scalar().toLong()));
+StepFn SeededStep(DrawFn draw) {
+  return [draw = std::move(draw)](KernelArgs& args) {
+    const at::Tensor& input = args.tensor();
+    return draw(input, SeededGenerator(args.scalar().toLong()));
   };
 }
 
@@ -88,15 +92,11 @@ at::Tensor LazyNativeFunctions::uniform(const at::Tensor& self,
                                         double to,
                                         std::optional<at::Generator> generator) {
   TORCH_LAZY_FN_COUNTER("lazy::");
-  CheckNoGenerator("aten::uniform", generator);
-  CheckOnLazyDevice("aten::uniform", "self", self);
-  return MakeRandom(
-      "uniform",
-      SameShape(self),
-      torch::lazy::MHash(from, to),
-      [from, to](const std::vector<at::Tensor>& in, at::Generator gen) -> std::vector<at::Tensor> {
-        return {at::_ops::uniform::call(in[0], from, to, gen)};
-      },
+  auto draw = [from, to](const at::Tensor& x, at::Generator gen) -> std::vector<at::Tensor> {
+    return {at::_ops::uniform::call(x, from, to, gen)};
+  };
+  return LazyOutput(
+      MakeRandom("uniform", self, generator, SameShape(self), torch::lazy::MHash(from, to), draw),
       self);
 }
 
@@ -105,76 +105,60 @@ at::Tensor LazyNativeFunctions::normal_functional(const at::Tensor& self,
                                                   double std,
                                                   std::optional<at::Generator> generator) {
   TORCH_LAZY_FN_COUNTER("lazy::");
-  CheckNoGenerator("aten::normal_functional", generator);
-  CheckOnLazyDevice("aten::normal_functional", "self", self);
-  return MakeRandom(
-      "normal_functional",
-      SameShape(self),
-      torch::lazy::MHash(mean, std),
-      [mean, std](const std::vector<at::Tensor>& in, at::Generator gen) -> std::vector<at::Tensor> {
-        return {at::_ops::normal_functional::call(in[0], mean, std, gen)};
-      },
-      self);
+  auto draw = [mean, std](const at::Tensor& x, at::Generator gen) -> std::vector<at::Tensor> {
+    return {at::_ops::normal_functional::call(x, mean, std, gen)};
+  };
+  return LazyOutput(MakeRandom("normal_functional",
+                               self,
+                               generator,
+                               SameShape(self),
+                               torch::lazy::MHash(mean, std),
+                               draw),
+                    self);
 }
 
 at::Tensor LazyNativeFunctions::bernoulli(const at::Tensor& self,
                                           std::optional<at::Generator> generator) {
   TORCH_LAZY_FN_COUNTER("lazy::");
-  CheckNoGenerator("aten::bernoulli", generator);
-  CheckOnLazyDevice("aten::bernoulli", "self", self);
-  return MakeRandom(
-      "bernoulli",
-      SameShape(self),
-      torch::lazy::MHash(),
-      [](const std::vector<at::Tensor>& in, at::Generator gen) -> std::vector<at::Tensor> {
-        return {at::_ops::bernoulli::call(in[0], gen)};
-      },
-      self);
+  auto draw = [](const at::Tensor& x, at::Generator gen) -> std::vector<at::Tensor> {
+    return {at::_ops::bernoulli::call(x, gen)};
+  };
+  return LazyOutput(
+      MakeRandom("bernoulli", self, generator, SameShape(self), torch::lazy::MHash(), draw), self);
 }
 
 at::Tensor LazyNativeFunctions::bernoulli(const at::Tensor& self,
                                           double p,
                                           std::optional<at::Generator> generator) {
   TORCH_LAZY_FN_COUNTER("lazy::");
-  CheckNoGenerator("aten::bernoulli.p", generator);
-  CheckOnLazyDevice("aten::bernoulli.p", "self", self);
-  return MakeRandom(
-      "bernoulli",
-      SameShape(self),
-      torch::lazy::MHash(p),
-      [p](const std::vector<at::Tensor>& in, at::Generator gen) -> std::vector<at::Tensor> {
-        return {at::_ops::bernoulli_p::call(in[0], p, gen)};
-      },
-      self);
+  auto draw = [p](const at::Tensor& x, at::Generator gen) -> std::vector<at::Tensor> {
+    return {at::_ops::bernoulli_p::call(x, p, gen)};
+  };
+  return LazyOutput(
+      MakeRandom("bernoulli", self, generator, SameShape(self), torch::lazy::MHash(p), draw), self);
 }
 
 std::tuple<at::Tensor, at::Tensor> LazyNativeFunctions::native_dropout(const at::Tensor& input,
                                                                        double p,
                                                                        std::optional<bool> train) {
   TORCH_LAZY_FN_COUNTER("lazy::");
-  CheckOnLazyDevice("aten::native_dropout", "input", input);
-  auto shapes = torch::lazy::compute_shape_native_dropout(input, p, train);
-  at::Tensor out = MakeRandom(
-      "native_dropout",
-      std::move(shapes),
-      torch::lazy::MHash(p, train),
-      [p, train](const std::vector<at::Tensor>& in, at::Generator gen) -> std::vector<at::Tensor> {
-        const at::Tensor& x = in[0];
-        if (train.has_value() && !*train) {
-          return {x.clone(), at::ones_like(x, x.options().dtype(at::kBool))};
-        }
-        // ATen's native_dropout, with an explicit generator.
-        const double keep = 1.0 - p;
-        const double scale = keep == 0 ? 0.0 : 1.0 / keep;
-        at::Tensor mask = at::empty_like(x).bernoulli_(keep, gen);
-        return {x.mul(mask).mul_(scale), mask.to(at::kBool)};
-      },
-      input);
-  auto lazy_out = torch::lazy::TryGetLtcTensor(out);
-  torch::lazy::Value node = lazy_out->GetIrValue();
-  return std::make_tuple(out,
-                         torch::lazy::CreateAtenFromLtcTensor(torch::lazy::LazyTensor::Create(
-                             torch::lazy::Value(node.node, 1), lazy_out->GetDevice())));
+  auto draw = [p, train](const at::Tensor& x, at::Generator gen) -> std::vector<at::Tensor> {
+    if (train.has_value() && !*train) {
+      return {x.clone(), at::ones_like(x, x.options().dtype(at::kBool))};
+    }
+    // ATen's native_dropout, with an explicit generator.
+    const double keep = 1.0 - p;
+    const double scale = keep == 0 ? 0.0 : 1.0 / keep;
+    at::Tensor mask = at::empty_like(x).bernoulli_(keep, gen);
+    return {x.mul(mask).mul_(scale), mask.to(at::kBool)};
+  };
+  torch::lazy::Value node = MakeRandom("native_dropout",
+                                       input,
+                                       std::nullopt,
+                                       torch::lazy::compute_shape_native_dropout(input, p, train),
+                                       torch::lazy::MHash(p, train),
+                                       draw);
+  return std::make_tuple(LazyOutput(node, input, 0), LazyOutput(node, input, 1));
 }
 
 }  // namespace lazyfuse

@@ -15,12 +15,11 @@
 
 namespace lazyfuse {
 
-// Computes a random op from its tensor operands with a generator seeded for
+// Computes a random op from its tensor operand with a generator seeded for
 // this node.
-using DrawFn = std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>& inputs,
-                                                     at::Generator gen)>;
+using DrawFn = std::function<std::vector<at::Tensor>(const at::Tensor& input, at::Generator gen)>;
 
-// The step of a seeded node: reads `num_inputs` tensors, then the seed.
-StepFn SeededStep(size_t num_inputs, DrawFn draw);
+// The step of a seeded node: reads the tensor operand, then the seed.
+StepFn SeededStep(DrawFn draw);
 
 }  // namespace lazyfuse
