@@ -107,6 +107,8 @@ class GenLazyFuseIR(GenLazyIR):
         captures: list[str] = []
         reads: list[str] = []
         call_args: list[str] = []
+        # Named attributes the fusion planner and kernel codegen read.
+        attrs: list[str] = []
         for arg in schema.filtered_args():
             local = f"a_{arg.name}"
             if arg.is_generator:
@@ -118,6 +120,7 @@ class GenLazyFuseIR(GenLazyIR):
                 optional = isinstance(arg.lazy_type, OptionalCType)
                 if optional:
                     captures.append(f"const bool has_{local} = has_{arg.name};")
+                    attrs.append(f'{{"has_{arg.name}", c10::IValue(has_{local})}}')
                 if arg.is_wrapped_scalar:
                     read = f"args.optional_scalar(has_{local})" if optional else "args.scalar()"
                 elif optional:
@@ -131,6 +134,7 @@ class GenLazyFuseIR(GenLazyIR):
             else:
                 captures.append(f"const auto {local} = this->{arg.name};")
                 call_args.append(dispatcher_arg(str(arg.orig_type), local))
+                attrs.append(f'{{"{arg.name}", lazyfuse::ToAttr({local})}}')
         aten_op = schema.func.name.unambiguous_name()
         capture_block = "\n    ".join(captures)
         read_block = "\n      ".join(reads)
@@ -140,7 +144,7 @@ class GenLazyFuseIR(GenLazyIR):
         [=](lazyfuse::KernelArgs& args) -> std::vector<at::Tensor> {{
       {read_block}
       return lazyfuse::AsTensorList(at::_ops::{aten_op}::call({", ".join(call_args)}));
-    }});
+    }}, {{{", ".join(attrs)}}}, "{schema.func.name.overload_name}");
   }}"""
 
     def node_base_ctor_call(self, schema: LazyIrSchema) -> str:

@@ -59,7 +59,11 @@ BufferId LazyFuseLoweringContext::BufferFor(const torch::lazy::Output& output) {
   return it->second[output.index];
 }
 
-void LazyFuseLoweringContext::EmitStep(const torch::lazy::Node* node, StepKind kind, StepFn fn) {
+void LazyFuseLoweringContext::EmitStep(const torch::lazy::Node* node,
+                                       StepKind kind,
+                                       StepFn fn,
+                                       StepAttrs attrs,
+                                       std::string overload) {
   Step step;
   step.op = node->op().ToString();
   step.detail = node->ToString();
@@ -89,6 +93,8 @@ void LazyFuseLoweringContext::EmitStep(const torch::lazy::Node* node, StepKind k
   }
   step.outputs = outs;
   step.fn = std::move(fn);
+  step.attrs = std::move(attrs);
+  step.overload = std::move(overload);
   builder_.AddStep(std::move(step));
 }
 

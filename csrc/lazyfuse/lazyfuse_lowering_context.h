@@ -59,7 +59,11 @@ class LazyFuseLoweringContext : public torch::lazy::LoweringContext {
   torch::lazy::ComputationPtr Build() override;
 
   // Called by nodes from their Lower().
-  void EmitStep(const torch::lazy::Node* node, StepKind kind, StepFn fn);
+  void EmitStep(const torch::lazy::Node* node,
+                StepKind kind,
+                StepFn fn,
+                StepAttrs attrs = {},
+                std::string overload = {});
   void EmitParameter(const torch::lazy::Node* node,
                      const std::shared_ptr<torch::lazy::BackendData>& data);
   void EmitConstant(const torch::lazy::Node* node, at::Tensor value);

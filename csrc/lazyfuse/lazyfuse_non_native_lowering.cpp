@@ -16,9 +16,12 @@ void Scalar::Lower(LazyFuseLoweringContext& ctx) const {
 
 void Expand::Lower(LazyFuseLoweringContext& ctx) const {
   const std::vector<int64_t> target = size;
-  ctx.EmitStep(this, StepKind::kView, [target](KernelArgs& args) -> std::vector<at::Tensor> {
-    return {at::expand_copy(args.tensor(), target)};
-  });
+  ctx.EmitStep(this,
+               StepKind::kView,
+               [target](KernelArgs& args) -> std::vector<at::Tensor> {
+                 return {at::expand_copy(args.tensor(), target)};
+               },
+               {{"size", ToAttr(target)}});
 }
 
 void Cast::Lower(LazyFuseLoweringContext& ctx) const {

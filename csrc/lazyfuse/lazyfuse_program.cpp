@@ -78,6 +78,19 @@ std::optional<at::Scalar> KernelArgs::optional_scalar(bool present) {
   return scalar();
 }
 
+const c10::IValue* Step::attr(const std::string& name) const {
+  for (const auto& entry : attrs) {
+    if (entry.first == name) {
+      return &entry.second;
+    }
+  }
+  return nullptr;
+}
+
+std::string Step::qualified_op() const {
+  return overload.empty() ? op : op + "." + overload;
+}
+
 namespace {
 
 std::string FormatBuffer(const Program& program, BufferId id) {
@@ -125,8 +138,9 @@ std::string Program::ToString() const {
   }
   for (const auto i : c10::irange(steps.size())) {
     const Step& step = steps[i];
-    out << "  " << i << ": " << FormatBufferList(*this, step.outputs) << " = " << step.op << "("
-        << FormatBufferList(*this, step.inputs) << ") [" << StepKindName(step.kind) << "]";
+    out << "  " << i << ": " << FormatBufferList(*this, step.outputs) << " = "
+        << step.qualified_op() << "(" << FormatBufferList(*this, step.inputs) << ") ["
+        << StepKindName(step.kind) << "]";
     if (!release_after.empty() && !release_after[i].empty()) {
       out << " frees";
       for (BufferId id : release_after[i]) {
@@ -172,8 +186,7 @@ size_t ProgramBuilder::AddResult(BufferId buffer) {
   return program_.results.size() - 1;
 }
 
-Program ProgramBuilder::Finish() {
-  Program& p = program_;
+void ComputeLifetimes(Program& p) {
   constexpr int kNever = -1;
   constexpr int kKeep = std::numeric_limits<int>::max();
   // last_use[b]: index of the last step that reads or writes b.
@@ -196,6 +209,10 @@ Program ProgramBuilder::Finish() {
       p.release_after[last].push_back(static_cast<BufferId>(id));
     }
   }
+}
+
+Program ProgramBuilder::Finish() {
+  ComputeLifetimes(program_);
   return std::move(program_);
 }
 

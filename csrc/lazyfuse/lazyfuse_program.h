@@ -6,6 +6,7 @@
 // its op, its kind and the dtypes and sizes of everything it touches.
 
 #include <ATen/Tensor.h>
+#include <ATen/core/ivalue.h>
 #include <c10/core/ScalarType.h>
 
 #include <array>
@@ -56,6 +57,20 @@ class KernelArgs {
 
 using StepFn = std::function<std::vector<at::Tensor>(KernelArgs&)>;
 
+// A step's non-tensor arguments by schema name (dim, keepdim, approximate, ...)
+// and, for optional tensor operands, whether each is present ("has_<name>").
+// The fusion planner and the kernel codegen read them; the StepFn does not.
+using StepAttrs = std::vector<std::pair<std::string, c10::IValue>>;
+
+template <typename T>
+c10::IValue ToAttr(const T& value) {
+  if constexpr (std::is_constructible_v<c10::IValue, const T&>) {
+    return c10::IValue(value);
+  } else {
+    return c10::IValue();
+  }
+}
+
 struct Step {
   std::string op;
   std::string detail;
@@ -65,6 +80,14 @@ struct Step {
   std::vector<uint32_t> operand_arity;
   std::vector<BufferId> outputs;
   StepFn fn;
+  StepAttrs attrs;
+  // The schema overload ("Tensor" for aten::add.Tensor); LTC's op kind drops it.
+  std::string overload;
+
+  // The named attribute, or nullptr when the step has none by that name.
+  const c10::IValue* attr(const std::string& name) const;
+  // "aten::add.Tensor", or just the op when it has no overload.
+  std::string qualified_op() const;
 };
 
 struct Program {
@@ -79,6 +102,9 @@ struct Program {
 
   std::string ToString() const;
 };
+
+// Fills program.release_after from the steps' reads and writes.
+void ComputeLifetimes(Program& program);
 
 class ProgramBuilder {
  public:
