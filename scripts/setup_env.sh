@@ -15,6 +15,24 @@ fi
 command -v cmake >/dev/null || "$PYTHON" -m pip install --quiet cmake
 command -v ninja >/dev/null || "$PYTHON" -m pip install --quiet ninja
 
+# NVRTC compiles lazyfuse's fused CUDA kernels, and works without a GPU. The
+# CUDA toolkit may ship without it; the nvidia-cuda-nvrtc wheel provides it
+# (lazyfuse looks next to torch for it). Optional: without it, CUDA kernels
+# cannot be compiled and the tests that compile them skip, saying why.
+if ! "$PYTHON" - <<'PY' 2>/dev/null
+import glob, os, site, sys
+home = os.environ.get("CUDA_HOME", "/usr/local/cuda")
+roots = site.getsitepackages() + [site.getusersitepackages()]
+found = glob.glob(f"{home}/lib64/libnvrtc.so*") + [
+    p for r in roots for p in glob.glob(f"{r}/nvidia/*/lib/libnvrtc.so*")
+]
+sys.exit(0 if found or os.environ.get("LAZYFUSE_NVRTC_PATH") else 1)
+PY
+then
+  "$PYTHON" -m pip install --quiet nvidia-cuda-nvrtc ||
+    echo "warning: could not install nvidia-cuda-nvrtc; CUDA kernels will not compile"
+fi
+
 # GoogleTest for the C++ tests, and ccache to keep rebuilds short. Both are
 # optional: without GoogleTest the C++ test binary is not built.
 if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then

@@ -6,11 +6,13 @@
 
 #include <mutex>
 
+#include "cuda/lazyfuse_fused_kernel.h"
 #include "lazyfuse/lazyfuse_backend_data.h"
 #include "lazyfuse/lazyfuse_compile_log.h"
 #include "lazyfuse/lazyfuse_config.h"
 #include "lazyfuse/lazyfuse_device_data.h"
 #include "lazyfuse/lazyfuse_executor.h"
+#include "lazyfuse/lazyfuse_fusion_planner.h"
 #include "lazyfuse/lazyfuse_ir_builder.h"
 #include "lazyfuse/lazyfuse_lowering_context.h"
 
@@ -28,6 +30,8 @@ struct LazyFuseDeviceType : torch::lazy::BackendDeviceType {
 
 std::mutex g_last_program_mutex;
 std::shared_ptr<const Program> g_last_program;
+std::string g_last_plan;
+std::vector<std::shared_ptr<FusedKernel>> g_last_kernels;
 
 const LazyFuseBackendData& AsLazyFuseData(const torch::lazy::BackendDataPtr& data) {
   const auto* ours = dynamic_cast<const LazyFuseBackendData*>(data.get());
@@ -112,16 +116,25 @@ class LazyFuseBackendImpl : public torch::lazy::BackendImplInterface {
 
   std::vector<torch::lazy::ComputationPtr> Compile(
       std::vector<torch::lazy::ComputationPtr> instances) const override {
-    // Lowering already produced a runnable Program; later issues plan and
-    // compile fused kernels here.
-    for (const auto& instance : instances) {
+    // The plan is made on every device so lazyfuse.debug can show it; only the
+    // CUDA backing device turns its fused groups into kernels.
+    const bool fuse = BackingDevice().is_cuda() && FusionEnabled();
+    for (auto& instance : instances) {
       const auto* computation = dynamic_cast<const LazyFuseComputation*>(instance.get());
       TORCH_CHECK(computation != nullptr, "lazyfuse: cannot compile a foreign computation");
-      const Program& program = *computation->program();
-      RecordCompile(program,
-                    program.steps.size() + program.parameters.size() + program.constants.size());
+      const std::shared_ptr<const Program>& program = computation->program();
+      RecordCompile(*program,
+                    program->steps.size() + program->parameters.size() + program->constants.size());
+      const FusionPlan plan = PlanFusion(*program);
+      std::vector<std::shared_ptr<FusedKernel>> kernels;
+      if (fuse) {
+        instance = std::make_shared<LazyFuseComputation>(
+            std::make_shared<const Program>(BuildFusedProgram(program, plan, &kernels)));
+      }
       std::lock_guard<std::mutex> lock(g_last_program_mutex);
-      g_last_program = computation->program();
+      g_last_program = program;
+      g_last_plan = plan.ToString(*program);
+      g_last_kernels = std::move(kernels);
     }
     TORCH_LAZY_COUNTER("LazyFuseCompiles", instances.size());
     return instances;
@@ -198,6 +211,26 @@ torch::lazy::BackendImplInterface* GetLazyFuseBackendImpl() {
 std::shared_ptr<const Program> LastCompiledProgram() {
   std::lock_guard<std::mutex> lock(g_last_program_mutex);
   return g_last_program;
+}
+
+std::string LastFusionPlan() {
+  std::lock_guard<std::mutex> lock(g_last_program_mutex);
+  return g_last_plan;
+}
+
+std::vector<KernelRecord> LastKernels() {
+  std::vector<std::shared_ptr<FusedKernel>> kernels;
+  {
+    std::lock_guard<std::mutex> lock(g_last_program_mutex);
+    kernels = g_last_kernels;
+  }
+  std::vector<KernelRecord> out;
+  for (const auto& kernel : kernels) {
+    for (auto& record : kernel->Records()) {
+      out.push_back(std::move(record));
+    }
+  }
+  return out;
 }
 
 }  // namespace lazyfuse

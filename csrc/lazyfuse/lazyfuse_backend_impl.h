@@ -6,6 +6,7 @@
 
 #include <memory>
 
+#include "cuda/lazyfuse_fused_kernel.h"
 #include "lazyfuse/lazyfuse_program.h"
 
 namespace lazyfuse {
@@ -14,5 +15,9 @@ torch::lazy::BackendImplInterface* GetLazyFuseBackendImpl();
 
 // The Program of the most recent uncached compile, for lazyfuse.debug.
 std::shared_ptr<const Program> LastCompiledProgram();
+// The fusion plan of that Program, as text.
+std::string LastFusionPlan();
+// The fused kernels that Program has launched so far on the CUDA device.
+std::vector<KernelRecord> LastKernels();
 
 }  // namespace lazyfuse

@@ -41,6 +41,14 @@ void InitBackingDeviceFromEnv() {
   SetReuseIr(reuse != nullptr && std::string(reuse) == "1");
 }
 
+bool FusionEnabled() {
+  static const bool enabled = [] {
+    const char* env = std::getenv("LAZYFUSE_FUSION");
+    return env == nullptr || std::string(env) != "0";
+  }();
+  return enabled;
+}
+
 bool ReuseIrEnabled() {
   return FLAGS_torch_lazy_reuse_ir;
 }

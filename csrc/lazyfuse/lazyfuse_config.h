@@ -15,4 +15,8 @@ void InitBackingDeviceFromEnv();
 bool ReuseIrEnabled();
 void SetReuseIr(bool enabled);
 
+// Fused CUDA kernels on the CUDA backing device. On unless LAZYFUSE_FUSION=0,
+// which runs every step as its ATen call (for bisecting a wrong result).
+bool FusionEnabled();
+
 }  // namespace lazyfuse

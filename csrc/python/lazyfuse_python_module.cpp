@@ -7,11 +7,15 @@
 #include <torch/csrc/lazy/core/tensor.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include "cuda/lazyfuse_cuda_compile.h"
+#include "cuda/lazyfuse_kernel_cache.h"
 #include "lazyfuse/lazyfuse_backend_impl.h"
 #include "lazyfuse/lazyfuse_compile_log.h"
 #include "lazyfuse/lazyfuse_config.h"
+#include "lazyfuse/lazyfuse_fusion_planner.h"
 #include "lazyfuse/lazyfuse_init.h"
 #include "lazyfuse/lazyfuse_node.h"
+#include "lazyfuse/lazyfuse_pending_graph.h"
 
 namespace lazyfuse {
 namespace {
@@ -112,4 +116,57 @@ PYBIND11_MODULE(_C, m) {
     return out;
   });
   m.def("_clear_compile_log", &ClearCompileLog);
+  m.def("_fusion_plan", [](const std::vector<at::Tensor>& tensors) {
+    const PendingGraph graph = LowerPendingGraph(tensors);
+    return PlanFusion(*graph.program).ToString(*graph.program);
+  });
+  m.def("_pending_program_text", [](const std::vector<at::Tensor>& tensors) {
+    return LowerPendingGraph(tensors).program->ToString();
+  });
+  m.def("_last_fusion_plan", &LastFusionPlan);
+  m.def("_last_kernels", [] {
+    py::list out;
+    for (const auto& record : LastKernels()) {
+      py::dict entry;
+      entry["name"] = record.name;
+      entry["ops"] = record.ops;
+      entry["source"] = record.source;
+      out.append(entry);
+    }
+    return out;
+  });
+  m.def(
+      "_compile_cuda",
+      [](const std::vector<at::Tensor>& tensors, const std::string& arch) {
+        const PendingGraph graph = LowerPendingGraph(tensors);
+        std::vector<KernelCompileRecord> records;
+        {
+          py::gil_scoped_release release;
+          records = CompileFusedKernels(*graph.program, graph.host_scalar_parameters, arch);
+        }
+        py::list out;
+        for (const auto& record : records) {
+          py::dict entry;
+          entry["name"] = record.name;
+          entry["ops"] = record.ops;
+          entry["source"] = record.source;
+          entry["target"] = record.target;
+          entry["compiled"] = record.compiled;
+          entry["log"] = record.log;
+          out.append(entry);
+        }
+        return out;
+      },
+      py::arg("tensors"),
+      py::arg("arch"));
+  m.def("_nvrtc", [] {
+    std::string where;
+    const bool found = NvrtcAvailable(&where);
+    py::dict out;
+    out["found"] = found;
+    out[found ? "path" : "error"] = where;
+    out["version"] = found ? cuda::NvrtcVersion() : std::string();
+    return out;
+  });
+  m.def("_kernel_cache_dir", &cuda::KernelCacheDir);
 }

@@ -53,3 +53,53 @@ def clear_compile_log() -> None:
 
 def _as_list(tensors: torch.Tensor | Sequence[torch.Tensor]) -> list[torch.Tensor]:
     return [tensors] if isinstance(tensors, torch.Tensor) else list(tensors)
+
+
+def fusion_plan(tensors: torch.Tensor | Sequence[torch.Tensor] | None = None) -> str:
+    """Returns how the graph's steps group into kernels, as text.
+
+    With ``tensors``, plans their pending graph (nothing runs); without, gives
+    the plan of the last graph compiled. The plan is the same on every backing
+    device; only the CUDA device turns fused groups into kernels.
+    """
+    if tensors is None:
+        return str(_C._last_fusion_plan())
+    return str(_C._fusion_plan(_as_list(tensors)))
+
+
+def pending_program(tensors: torch.Tensor | Sequence[torch.Tensor]) -> str:
+    """Returns the Program the pending graph of ``tensors`` lowers to, without running it."""
+    return str(_C._pending_program_text(_as_list(tensors)))
+
+
+def last_kernels() -> list[dict[str, object]]:
+    """Returns the fused kernels the last compiled graph launched on CUDA.
+
+    One entry per kernel variant, with ``name``, ``ops`` (the ATen ops fused
+    into it) and ``source`` (the generated CUDA C++). Empty on the CPU device.
+    """
+    return list(_C._last_kernels())
+
+
+def compile_cuda(
+    tensors: torch.Tensor | Sequence[torch.Tensor], arch: str = "sm_90"
+) -> list[dict[str, object]]:
+    """Plans the pending graph of ``tensors`` and compiles its fused kernels
+    for ``arch`` with NVRTC. Executes nothing and needs no GPU.
+
+    Returns one record per fused kernel: ``name``, ``ops``, ``source``,
+    ``compiled`` (bool), ``target`` and ``log`` (NVRTC's log, or why it could
+    not compile). Compiled kernels go into the kernel cache, so this also
+    warms it for a later run on that architecture.
+    """
+    return list(_C._compile_cuda(_as_list(tensors), arch))
+
+
+def nvrtc_info() -> dict[str, object]:
+    """Says whether libnvrtc loads: ``found``, and ``path`` and ``version``, or ``error``."""
+    return dict(_C._nvrtc())
+
+
+def kernel_cache_dir() -> str:
+    """Returns the on-disk kernel cache directory, or "" when it is off."""
+    return str(_C._kernel_cache_dir())

@@ -1,0 +1,39 @@
+#pragma once
+
+// The target-specific pieces of the C-style kernel renderer: qualifiers,
+// thread indices, shared memory and the helper prelude every kernel starts
+// with. The renderer (lazyfuse_kernel_codegen) writes everything else the
+// same way for every target.
+
+#include <c10/core/ScalarType.h>
+
+#include <string>
+
+namespace lazyfuse {
+
+struct KernelDialect {
+  const char* name;
+  const char* kernel_prefix;  // before "void <name>(...)"
+  const char* thread_index;
+  const char* block_index;
+  const char* block_size;
+  const char* grid_size;
+  const char* barrier;
+  const char* restrict_qualifier;
+  const char* prelude;
+};
+
+const KernelDialect& CudaDialect();
+
+// How a dtype is stored in memory and held in a register inside a kernel.
+const char* StorageTypeName(at::ScalarType dtype);
+const char* RegisterTypeName(at::ScalarType dtype);
+// The expression converting a loaded storage value to its register type.
+std::string LoadConversion(at::ScalarType dtype, const std::string& stored);
+// The expression converting a register value to the storage type.
+std::string StoreConversion(at::ScalarType dtype, const std::string& value);
+// Rounds a float register through half or bfloat16 so every step's result
+// matches what ATen stores; other dtypes pass through.
+std::string RoundToDtype(at::ScalarType dtype, const std::string& value);
+
+}  // namespace lazyfuse

@@ -1,0 +1,135 @@
+"""Golden tests of the fusion planner: which steps land in which group for
+the representative graphs. The planner works on the Program alone, so these
+run on any backing device."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from fusion_graphs import GRAPHS, parse_plan
+
+import lazyfuse
+
+ADAM_OPS = [
+    "aten::zero",
+    "aten::mul.Tensor",
+    "aten::addcmul",
+    "aten::sqrt",
+    "aten::div.Tensor",
+    "aten::add.Tensor",
+    "aten::zero",
+    "aten::lerp.Scalar",
+    "aten::detach_copy",
+    "aten::addcdiv",
+    "aten::detach_copy",
+    "aten::detach_copy",
+]
+
+# The fused groups of each graph, in order. The randn calls that make the
+# inputs stay ATen groups and are left out here.
+EXPECTED_FUSED = {
+    "mlp_layer": [("pointwise", ["aten::t_copy"]), ("pointwise", ["aten::relu"])],
+    "softmax": [("reduction", ["aten::mul.Tensor", "aten::_softmax"])],
+    "layer_norm": [("reduction", ["aten::native_layer_norm"])],
+    "gelu_chain": [
+        (
+            "pointwise",
+            [
+                "aten::mul.Tensor",
+                "aten::add.Tensor",
+                "aten::gelu",
+                "aten::tanh",
+                "aten::mul.Tensor",
+            ],
+        )
+    ],
+    "adam_update": [("pointwise", ADAM_OPS)],
+}
+
+
+@pytest.mark.parametrize("name", sorted(GRAPHS))
+def test_plan_groups(name: str, lazy: torch.device) -> None:
+    groups = parse_plan(lazyfuse.debug.fusion_plan(GRAPHS[name](lazy)))
+    fused = [g for g in groups if g[0] != "aten"]
+    assert fused == EXPECTED_FUSED[name]
+
+
+@pytest.mark.parametrize("name", sorted(GRAPHS))
+def test_pointwise_tail_is_one_kernel(name: str, lazy: torch.device) -> None:
+    groups = parse_plan(lazyfuse.debug.fusion_plan(GRAPHS[name](lazy)))
+    last_aten = max((i for i, g in enumerate(groups) if g[0] == "aten"), default=-1)
+    assert len(groups) - last_aten - 1 == 1, groups
+
+
+def test_mlp_matmul_stays_aten(lazy: torch.device) -> None:
+    groups = parse_plan(lazyfuse.debug.fusion_plan(GRAPHS["mlp_layer"](lazy)))
+    assert ("aten", ["aten::addmm"]) in groups
+
+
+def test_read_by_opaque_op_splits_groups(lazy: torch.device) -> None:
+    # exp(x) feeds a matmul and is also the input of a later pointwise op: the
+    # later op cannot join the first group, which must run before the matmul.
+    x = torch.randn(8, 8, device=lazy)
+    a = x.exp()
+    b = a @ a
+    c = (a + b).relu()
+    groups = parse_plan(lazyfuse.debug.fusion_plan([c]))
+    kinds = [g for g in groups if g[1] != ["aten::normal_functional"]]
+    assert kinds == [
+        ("pointwise", ["aten::exp"]),
+        ("aten", ["aten::mm"]),
+        ("pointwise", ["aten::add.Tensor", "aten::relu"]),
+    ]
+
+
+def test_broadcast_grows_domain(lazy: torch.device) -> None:
+    bias = torch.randn(16, device=lazy)
+    x = torch.randn(4, 16, device=lazy)
+    y = (bias * 2).sigmoid() + x
+    text = lazyfuse.debug.fusion_plan([y])
+    assert "[pointwise [4,16]]: aten::mul.Tensor aten::sigmoid aten::add.Tensor" in text
+
+
+def test_sibling_consumers_share_a_kernel(lazy: torch.device) -> None:
+    x = torch.randn(32, device=lazy)
+    lazyfuse.mark_step()
+    a = x * 2
+    b = x + 1
+    groups = parse_plan(lazyfuse.debug.fusion_plan([a, b]))
+    assert groups == [("pointwise", ["aten::mul.Tensor", "aten::add.Tensor"])]
+
+
+def test_row_reduction_epilogue(lazy: torch.device) -> None:
+    x = torch.randn(8, 64, device=lazy)
+    lazyfuse.mark_step()
+    y = (x * x).sum(-1).sqrt()
+    groups = parse_plan(lazyfuse.debug.fusion_plan([y]))
+    assert groups == [("reduction", ["aten::mul.Tensor", "aten::sum.dim_IntList", "aten::sqrt"])]
+
+
+def test_prologue_value_read_after_row_reduction_is_a_new_group(lazy: torch.device) -> None:
+    x = torch.randn(8, 64, device=lazy)
+    lazyfuse.mark_step()
+    e = x.exp()
+    s = e.sum(-1, keepdim=True)
+    y = e / s
+    groups = parse_plan(lazyfuse.debug.fusion_plan([y]))
+    assert groups == [
+        ("reduction", ["aten::exp", "aten::sum.dim_IntList"]),
+        ("pointwise", ["aten::div.Tensor"]),
+    ]
+
+
+def test_integer_sum_stays_aten(lazy: torch.device) -> None:
+    x = torch.arange(12).reshape(3, 4).to(lazy)
+    lazyfuse.mark_step()
+    groups = parse_plan(lazyfuse.debug.fusion_plan([x.sum(0)]))
+    assert groups == [("aten", ["aten::sum.dim_IntList"])]
+
+
+def test_last_plan_after_mark_step(lazy: torch.device) -> None:
+    x = torch.randn(4, 4, device=lazy)
+    y = (x + 1).relu()
+    lazyfuse.mark_step()
+    assert "aten::add.Tensor aten::relu" in lazyfuse.debug.fusion_plan()
+    assert y.cpu().min() >= 0

@@ -1,0 +1,184 @@
+"""The CUDA kernel codegen, NVRTC compilation and the kernel cache, on any
+machine: kernels are rendered and compiled for sm_80 and sm_90, never run.
+
+Golden sources live in test/python/golden/; LAZYFUSE_UPDATE_GOLDEN=1
+rewrites them after an intended codegen change."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from fusion_graphs import GRAPHS
+
+import lazyfuse
+
+GOLDEN = Path(__file__).parent / "golden"
+NVRTC = lazyfuse.debug.nvrtc_info()
+needs_nvrtc = pytest.mark.skipif(
+    not NVRTC["found"],
+    reason=f"libnvrtc not found, so nothing can be compiled: {NVRTC.get('error')}",
+)
+
+
+def kernel_body(source: str) -> str:
+    return source[source.index('extern "C"') :]
+
+
+def pending(lazy: torch.device, build: Callable[..., torch.Tensor], *shapes, dtype=torch.float32):
+    inputs = [torch.randn(*s, dtype=dtype).to(lazy) for s in shapes]
+    lazyfuse.mark_step()
+    return build(*inputs)
+
+
+GOLDEN_CASES: dict[str, Callable[[torch.device], torch.Tensor]] = {
+    # contiguous float32: 128-bit vector loads and stores, scalar tail
+    "gelu_chain": lambda d: pending(d, lambda x: torch.tanh(F.gelu(x * 2.0)) * x, (1001,)),
+    # inner reduction over 256 columns: one block per row, warp shuffles
+    "softmax_rows": lambda d: pending(d, lambda x: torch.softmax(x, -1), (8, 256)),
+    # outer reduction: one thread per output column, serial loop
+    "sum_dim0": lambda d: pending(d, lambda x: x.sum(0), (64, 16)),
+    # half in, broadcast bias, transposed (strided) read, half out
+    "half_bias_transpose": lambda d: pending(
+        d, lambda x, b: (x.t() + b).relu(), (16, 8), (16,), dtype=torch.float16
+    ),
+    "layer_norm_affine": lambda d: pending(
+        d, lambda x, w, b: F.layer_norm(x, (64,), w, b), (4, 64), (64,), (64,)
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GOLDEN_CASES))
+def test_codegen_golden(name: str, lazy: torch.device) -> None:
+    records = lazyfuse.debug.compile_cuda(GOLDEN_CASES[name](lazy), arch="sm_90")
+    body = "\n".join(kernel_body(str(r["source"])) for r in records)
+    path = GOLDEN / f"{name}.cu"
+    if os.environ.get("LAZYFUSE_UPDATE_GOLDEN") == "1":
+        path.write_text(body)
+    assert path.exists(), f"no golden file {path}; run with LAZYFUSE_UPDATE_GOLDEN=1"
+    assert body == path.read_text()
+
+
+def test_index_type_widens_past_2_31(lazy: torch.device) -> None:
+    # meta-free: a 2^31-element expand is only recorded, never allocated
+    x = torch.randn(1, 1, device=lazy)
+    y = x.expand(1 << 16, 1 << 15) * 2
+    (record,) = lazyfuse.debug.compile_cuda(y, arch="sm_90")
+    assert "const long long n = 2147483648;" in str(record["source"])
+    small = lazyfuse.debug.compile_cuda(x * 2, arch="sm_90")
+    assert "const int n = 1;" in str(small[0]["source"])
+
+
+def test_vector_width_follows_widest_dtype(lazy: torch.device) -> None:
+    x = torch.randn(64, dtype=torch.float64).to(lazy)
+    lazyfuse.mark_step()
+    (record,) = lazyfuse.debug.compile_cuda(x * 2, arch="sm_90")
+    assert "double e[2]" in str(record["source"])
+
+
+def test_record_fields(lazy: torch.device) -> None:
+    records = lazyfuse.debug.compile_cuda(GRAPHS["gelu_chain"](lazy), arch="sm_80")
+    assert len(records) == 1
+    assert set(records[0]) >= {"name", "ops", "source", "compiled", "log"}
+    assert records[0]["ops"][2] == "aten::gelu"
+
+
+def test_bad_arch_is_a_clear_error(lazy: torch.device) -> None:
+    x = torch.randn(4, device=lazy)
+    with pytest.raises(RuntimeError, match="unknown CUDA architecture 'volta'"):
+        lazyfuse.debug.compile_cuda(x + 1, arch="volta")
+    assert (x + 1).cpu().shape == (4,)
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("name", sorted(GRAPHS))
+def test_every_kernel_compiles(name: str, arch: str, lazy: torch.device) -> None:
+    records = lazyfuse.debug.compile_cuda(GRAPHS[name](lazy), arch=arch)
+    assert records
+    for record in records:
+        assert record["compiled"], record["log"]
+        assert record["target"] == arch
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("name", sorted(GOLDEN_CASES))
+def test_golden_kernels_compile(name: str, lazy: torch.device) -> None:
+    for record in lazyfuse.debug.compile_cuda(GOLDEN_CASES[name](lazy), arch="sm_80"):
+        assert record["compiled"], record["log"]
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.int32, torch.bool])
+def test_dtypes_compile(dtype: torch.dtype, lazy: torch.device) -> None:
+    x = torch.ones(37, dtype=dtype).to(lazy)
+    lazyfuse.mark_step()
+    y = x.float().exp().to(dtype) if dtype.is_floating_point else (x == x) & (x != 0)
+    records = lazyfuse.debug.compile_cuda(y, arch="sm_90")
+    assert records and all(r["compiled"] for r in records), [r["log"] for r in records]
+
+
+def _compile_in_subprocess(cache_dir: Path, size: int) -> dict[str, int]:
+    script = textwrap.dedent(
+        f"""
+        import json, torch, lazyfuse
+        x = torch.randn({size}).to(lazyfuse.lazy_device())
+        lazyfuse.mark_step()
+        records = lazyfuse.debug.compile_cuda((x * 3).sin(), arch="sm_80")
+        assert all(r["compiled"] for r in records), records
+        print(json.dumps(lazyfuse.metrics.counters()))
+        """
+    )
+    env = dict(os.environ, LAZYFUSE_CACHE_DIR=str(cache_dir))
+    out = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
+    )
+    import json
+
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@needs_nvrtc
+def test_disk_cache_warm_process_compiles_nothing(tmp_path: Path) -> None:
+    cold = _compile_in_subprocess(tmp_path, 123)
+    assert cold.get("LazyFuseKernelsCompiled") == 1
+    entries = list((tmp_path / "kernels").glob("*.bin"))
+    assert len(entries) == 1
+    warm = _compile_in_subprocess(tmp_path, 123)
+    assert warm.get("LazyFuseKernelsCompiled", 0) == 0
+    assert warm.get("LazyFuseKernelsLoadedFromDisk") == 1
+
+
+@needs_nvrtc
+def test_corrupt_cache_entry_is_recompiled(tmp_path: Path) -> None:
+    _compile_in_subprocess(tmp_path, 77)
+    (entry,) = (tmp_path / "kernels").glob("*.bin")
+    entry.write_bytes(entry.read_bytes()[:40])  # truncated
+    again = _compile_in_subprocess(tmp_path, 77)
+    assert again.get("LazyFuseKernelsCompiled") == 1
+    assert not list((tmp_path / "kernels").glob("*.tmp.*"))
+
+
+@needs_nvrtc
+def test_cache_dir_zero_turns_the_disk_cache_off(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("LAZYFUSE_CACHE_DIR", "0")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert lazyfuse.debug.kernel_cache_dir() == ""
+    x = torch.randn(5, 7).to(lazyfuse.lazy_device())
+    lazyfuse.mark_step()
+    assert all(r["compiled"] for r in lazyfuse.debug.compile_cuda(x.cos() * 5, arch="sm_80"))
+    assert not any(tmp_path.rglob("*.bin"))
+
+
+def test_default_cache_dir(monkeypatch) -> None:
+    monkeypatch.delenv("LAZYFUSE_CACHE_DIR", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setenv("HOME", "/home/someone")
+    assert lazyfuse.debug.kernel_cache_dir() == "/home/someone/.cache/lazyfuse"
