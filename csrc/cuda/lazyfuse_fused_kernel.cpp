@@ -138,17 +138,20 @@ std::string FusedStepName(const Program& program, const FusionGroup& group) {
 }  // namespace
 
 FusedKernel::FusedKernel(std::shared_ptr<const Program> program, FusionGroup group)
-    : program_(std::move(program)), group_(std::move(group)) {}
+    : program_(std::move(program)), group_(std::move(group)) {
+  for (BufferId id : group_.inputs) {
+    constant_input_.push_back(std::any_of(program_->constants.begin(),
+                                          program_->constants.end(),
+                                          [&](const auto& c) { return c.first == id; }));
+  }
+}
 
 KernelSignature FusedKernel::Bind(const std::vector<at::Tensor>& inputs) const {
   KernelSignature signature;
   for (size_t k = 0; k < inputs.size(); ++k) {
     const at::Tensor& tensor = inputs[k];
-    const BufferId id = group_.inputs[k];
+    const bool constant = constant_input_[k];
     InputBinding binding;
-    const bool constant = std::any_of(program_->constants.begin(),
-                                      program_->constants.end(),
-                                      [&](const auto& c) { return c.first == id; });
     if (tensor.dim() == 0 && tensor.is_cpu()) {
       binding.kind = constant ? InputBinding::Kind::kConstant : InputBinding::Kind::kHostScalar;
       if (constant) {

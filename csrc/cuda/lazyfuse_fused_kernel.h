@@ -43,6 +43,8 @@ class FusedKernel {
 
   std::shared_ptr<const Program> program_;
   FusionGroup group_;
+  // Per input: whether it is a program constant (written into the source).
+  std::vector<bool> constant_input_;
   mutable std::mutex mutex_;
   std::vector<std::unique_ptr<Variant>> variants_;
 };

@@ -30,7 +30,6 @@ struct LazyFuseDeviceType : torch::lazy::BackendDeviceType {
 
 std::mutex g_last_program_mutex;
 std::shared_ptr<const Program> g_last_program;
-std::string g_last_plan;
 std::vector<std::shared_ptr<FusedKernel>> g_last_kernels;
 
 const LazyFuseBackendData& AsLazyFuseData(const torch::lazy::BackendDataPtr& data) {
@@ -116,8 +115,8 @@ class LazyFuseBackendImpl : public torch::lazy::BackendImplInterface {
 
   std::vector<torch::lazy::ComputationPtr> Compile(
       std::vector<torch::lazy::ComputationPtr> instances) const override {
-    // The plan is made on every device so lazyfuse.debug can show it; only the
-    // CUDA backing device turns its fused groups into kernels.
+    // Only the CUDA backing device turns fused groups into kernels; elsewhere
+    // lazyfuse.debug.fusion_plan() plans the last Program when asked.
     const bool fuse = BackingDevice().is_cuda() && FusionEnabled();
     for (auto& instance : instances) {
       const auto* computation = dynamic_cast<const LazyFuseComputation*>(instance.get());
@@ -125,15 +124,13 @@ class LazyFuseBackendImpl : public torch::lazy::BackendImplInterface {
       const std::shared_ptr<const Program>& program = computation->program();
       RecordCompile(*program,
                     program->steps.size() + program->parameters.size() + program->constants.size());
-      const FusionPlan plan = PlanFusion(*program);
       std::vector<std::shared_ptr<FusedKernel>> kernels;
       if (fuse) {
-        instance = std::make_shared<LazyFuseComputation>(
-            std::make_shared<const Program>(BuildFusedProgram(program, plan, &kernels)));
+        instance = std::make_shared<LazyFuseComputation>(std::make_shared<const Program>(
+            BuildFusedProgram(program, PlanFusion(*program), &kernels)));
       }
       std::lock_guard<std::mutex> lock(g_last_program_mutex);
       g_last_program = program;
-      g_last_plan = plan.ToString(*program);
       g_last_kernels = std::move(kernels);
     }
     TORCH_LAZY_COUNTER("LazyFuseCompiles", instances.size());
@@ -214,8 +211,8 @@ std::shared_ptr<const Program> LastCompiledProgram() {
 }
 
 std::string LastFusionPlan() {
-  std::lock_guard<std::mutex> lock(g_last_program_mutex);
-  return g_last_plan;
+  const std::shared_ptr<const Program> program = LastCompiledProgram();
+  return program ? PlanFusion(*program).ToString(*program) : std::string();
 }
 
 std::vector<KernelRecord> LastKernels() {
