@@ -33,12 +33,10 @@ void InitBackingDeviceFromEnv() {
   } else {
     TORCH_CHECK(false, "lazyfuse: LAZYFUSE_DEVICE must be 'cpu' or 'cuda', got '", choice, "'");
   }
-  // Off unless asked for: LTC recycles DeviceData nodes through the
-  // TrieCache by swapping their data, which can alias a node that a live
-  // tensor still holds (seen with BatchNorm's running statistics in eval
-  // mode, where weight and running_mean ended up as one operand).
+  // On unless turned off: tracing a step that repeats then recycles the IR
+  // nodes of the last one instead of building new ones.
   const char* reuse = std::getenv("LAZYFUSE_REUSE_IR");
-  SetReuseIr(reuse != nullptr && std::string(reuse) == "1");
+  SetReuseIr(reuse == nullptr || std::string(reuse) != "0");
 }
 
 bool FusionEnabled() {

@@ -3,11 +3,31 @@
 #include <torch/csrc/lazy/core/internal_ops/ltc_ops.h>
 #include <torch/csrc/lazy/core/ir_builder.h>
 
+#include <atomic>
+#include <mutex>
 #include <sstream>
+#include <unordered_set>
 
 #include "lazyfuse/lazyfuse_lowering_context.h"
 
 namespace lazyfuse {
+namespace {
+
+std::atomic<uint64_t> g_step{1};
+
+// Every live DeviceData node, so that EndStep can release data no graph can
+// read. Nodes are built and freed on autograd's threads too.
+struct LiveNodes {
+  std::mutex mutex;
+  std::unordered_set<DeviceData*> nodes;
+};
+
+LiveNodes& Live() {
+  static auto* live = new LiveNodes();  // leaked: nodes may die at exit
+  return *live;
+}
+
+}  // namespace
 
 torch::lazy::OpKind DeviceData::ClassOpKind() {
   return torch::lazy::ltc_device_data;
@@ -19,25 +39,66 @@ DeviceData::DeviceData(std::shared_ptr<torch::lazy::BackendData> data)
                    data->shape(),
                    /*num_outputs=*/1,
                    /*hash_seed=*/static_cast<uint32_t>(0x6c6664)),
-      data_(std::move(data)) {}
+      data_(std::move(data)),
+      last_used_step_(g_step.load(std::memory_order_relaxed)) {
+  LiveNodes& live = Live();
+  std::lock_guard<std::mutex> lock(live.mutex);
+  live.nodes.insert(this);
+}
+
+DeviceData::~DeviceData() {
+  LiveNodes& live = Live();
+  std::lock_guard<std::mutex> lock(live.mutex);
+  live.nodes.erase(this);
+}
 
 torch::lazy::NodePtr DeviceData::Create(const std::shared_ptr<torch::lazy::BackendData>& data) {
   torch::lazy::NodePtr node = torch::lazy::ReuseOrMakeNode<DeviceData>(data);
   // ReuseOrMakeNode may return a recycled node still holding older data.
   auto* device_data = static_cast<DeviceData*>(node.get());
-  if (device_data->data() != data) {
-    device_data->SetData(data);
+  if (device_data->data_ != data) {
+    device_data->data_ = data;
   }
+  device_data->MarkUsed();
   return node;
+}
+
+bool DeviceData::CanBeReused(const std::shared_ptr<torch::lazy::BackendData>& data) const {
+  if (data_ == data) {
+    return true;
+  }
+  return last_used_step_ < g_step.load(std::memory_order_relaxed) &&
+         (data_ == nullptr || data_.use_count() == 1) && shape() == data->shape();
+}
+
+void DeviceData::MarkUsed() const {
+  last_used_step_ = g_step.load(std::memory_order_relaxed);
+}
+
+void DeviceData::EndStep() {
+  g_step.fetch_add(1, std::memory_order_relaxed);
+  LiveNodes& live = Live();
+  std::lock_guard<std::mutex> lock(live.mutex);
+  for (DeviceData* node : live.nodes) {
+    // Only this node holds the data, and every live tensor was just synced:
+    // no graph can read it.
+    if (node->data_ != nullptr && node->data_.use_count() == 1) {
+      node->data_.reset();
+    }
+  }
 }
 
 std::string DeviceData::ToString() const {
   std::ostringstream out;
-  out << LazyFuseNode::ToString() << ", device=" << data_->device();
+  out << LazyFuseNode::ToString();
+  if (data_ != nullptr) {
+    out << ", device=" << data_->device();
+  }
   return out.str();
 }
 
 void DeviceData::Lower(LazyFuseLoweringContext& ctx) const {
+  TORCH_CHECK(data_ != nullptr, "lazyfuse: device data of a finished step reached a graph");
   ctx.EmitParameter(this, data_);
 }
 

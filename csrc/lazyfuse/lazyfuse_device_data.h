@@ -16,13 +16,26 @@ class DeviceData : public LazyFuseNode {
 
   explicit DeviceData(std::shared_ptr<torch::lazy::BackendData> data);
 
+  ~DeviceData() override;
+
   // With IR reuse on, a node of the same shape is recycled for new data; the
   // graph hash does not depend on the data, only on its shape.
   static torch::lazy::NodePtr Create(const std::shared_ptr<torch::lazy::BackendData>& data);
 
-  bool CanBeReused(const std::shared_ptr<torch::lazy::BackendData>& data) const {
-    return data_->shape() == data->shape();
-  }
+  // A node may be recycled only when nothing can still read it: no graph
+  // traced in this step uses it (its last use is from an earlier step, and
+  // every graph of an earlier step was synced by mark_step), and no tensor
+  // holds its data (a tensor whose IR is this node also holds the data, as
+  // BatchNorm's running statistics do in eval mode).
+  bool CanBeReused(const std::shared_ptr<torch::lazy::BackendData>& data) const;
+
+  // Called by each node built on this one: it is in use in this step.
+  void MarkUsed() const;
+
+  // Called after mark_step synced every live tensor: starts a new step, and
+  // lets go of the data of nodes nothing can read any more, which the
+  // TrieCache would otherwise keep alive.
+  static void EndStep();
 
   std::string ToString() const override;
   void Lower(LazyFuseLoweringContext& ctx) const override;
@@ -30,14 +43,12 @@ class DeviceData : public LazyFuseNode {
   const std::shared_ptr<torch::lazy::BackendData>& data() const {
     return data_;
   }
-  void SetData(std::shared_ptr<torch::lazy::BackendData> data) {
-    data_ = std::move(data);
-  }
 
   static const DeviceData* Cast(const torch::lazy::Node* node);
 
  private:
   std::shared_ptr<torch::lazy::BackendData> data_;
+  mutable uint64_t last_used_step_;
 };
 
 class TensorList : public LazyFuseNode {

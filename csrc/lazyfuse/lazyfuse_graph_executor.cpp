@@ -3,6 +3,7 @@
 #include <unordered_map>
 
 #include "lazyfuse/lazyfuse_compile_log.h"
+#include "lazyfuse/lazyfuse_device_data.h"
 
 namespace lazyfuse {
 
@@ -33,6 +34,11 @@ void LazyFuseGraphExecutor::SyncLiveTensorsGraph(const torch::lazy::BackendDevic
     }
     throw;
   }
+}
+
+void LazyFuseGraphExecutor::MarkStep(const torch::lazy::BackendDevice& device) {
+  torch::lazy::LazyGraphExecutor::MarkStep(device);
+  DeviceData::EndStep();
 }
 
 torch::lazy::LazyGraphExecutor::PostOrderData LazyFuseGraphExecutor::RunPostOrder(

@@ -18,6 +18,10 @@ class LazyFuseGraphExecutor : public torch::lazy::LazyGraphExecutor {
                             c10::ArrayRef<std::string> devices,
                             bool wait) override;
 
+  // Ends the step for IR reuse too (see DeviceData::EndStep). Every caller
+  // syncs all live tensors first.
+  void MarkStep(const torch::lazy::BackendDevice& device) override;
+
  protected:
   // LTC hashes each root's DAG and the parameter sequence, but two nodes
   // with equal hashes (same-shape DeviceData, or equal subgraphs) are

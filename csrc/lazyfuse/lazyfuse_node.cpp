@@ -2,6 +2,8 @@
 
 #include <c10/util/Exception.h>
 
+#include "lazyfuse/lazyfuse_device_data.h"
+
 namespace lazyfuse {
 namespace {
 
@@ -49,6 +51,10 @@ void LazyFuseNode::ComputeHash(torch::lazy::hash_t hash_seed) {
   }
   for (const auto& operand : operands()) {
     h = torch::lazy::HashCombine(h, operand.hash());
+    // Keeps IR reuse from recycling device data this new node reads.
+    if (const DeviceData* device_data = DeviceData::Cast(operand.node)) {
+      device_data->MarkUsed();
+    }
   }
   dag_hash_ = h;
   g_created.fetch_add(1, std::memory_order_relaxed);

@@ -2,8 +2,7 @@
 
 The backing device is chosen once, at import, from ``LAZYFUSE_DEVICE``
 (``cpu`` or ``cuda``; unset means ``cuda`` when a GPU is present, otherwise
-``cpu``). IR reuse is off unless ``LAZYFUSE_REUSE_IR=1``: LTC recycles device-data
-nodes by swapping their data, which can alias a node a live tensor still holds.
+``cpu``). IR reuse (LTC's TrieCache) is on unless ``LAZYFUSE_REUSE_IR=0``.
 """
 
 from __future__ import annotations
