@@ -173,9 +173,11 @@ class GenLazyFuseIR(GenLazyIR):
                 # Absent optionals take no operand slot, so presence must match
                 # before positions can be compared.
                 checks.append(f"this->has_{arg.name} == {arg.name}.has_value()")
-                checks.append(f"(!{arg.name} || operand(i++) == *{arg.name})")
+                checks.append(
+                    f"(!{arg.name} || lazyfuse::SameOperand(operand(i++), *{arg.name}))"
+                )
             else:
-                checks.append(f"operand(i++) == {arg.name}")
+                checks.append(f"lazyfuse::SameOperand(operand(i++), {arg.name})")
         for arg in schema.filtered_args(values=False, scalars=True):
             if arg.lazy_type.cpp_type() == "at::Scalar":
                 checks.append(f"lazyfuse::SameScalar(this->{arg.name}, {arg.name})")
@@ -186,6 +188,11 @@ class GenLazyFuseIR(GenLazyIR):
     [[maybe_unused]] size_t i = 0;
     return ({body});
   }}"""
+
+
+SCALAR_FROM_CODEGEN = re.compile(
+    r"torch::lazy::LazyGraphExecutor::Get\(\)->\s*GetIrValueForScalarFromCodegen\("
+)
 
 
 @dataclass(frozen=True)
@@ -208,9 +215,15 @@ class GenLazyFuseNativeFuncDefinition(GenLazyNativeFuncDefinition):
                 continue
             # One overload set covers tensors, optional tensors and lists.
             checks.append(f'lazyfuse::CheckOnLazyDevice("{op}", "{arg.name}", {arg.name});')
-        return "\n        ".join(
-            checks + [self.dtype_probe(func, schema), super().lazy_tensor_decls(func, schema)]
+        decls = super().lazy_tensor_decls(func, schema)
+        # Scalar operands take lazyfuse's path (lazyfuse_scalar_operands.h);
+        # a torch whose torchgen spells these differently keeps LTC's.
+        decls = SCALAR_FROM_CODEGEN.sub("lazyfuse::ScalarIrValue(", decls)
+        decls = decls.replace(
+            "torch::lazy::GetLtcTensorOrCreateForWrappedNumber(",
+            "lazyfuse::GetLtcTensorOrWrapNumber(",
         )
+        return "\n        ".join(checks + [self.dtype_probe(func, schema), decls])
 
     def dtype_probe(self, func: NativeFunction, schema: LazyIrSchema) -> str:
         """Meta kernels of opaque ops (mm, conv, ...) do not check dtypes; eager

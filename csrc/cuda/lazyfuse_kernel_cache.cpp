@@ -78,6 +78,7 @@ CompiledKernel RunNvrtc(const std::string& source, const std::string& name, int 
                            "-std=c++17",
                            "--device-as-default-execution-space",
                            "--diag-suppress=177"};
+  TORCH_LAZY_TIMED("LazyFuseNvrtcCompile");
   nvrtcProgram program = nullptr;
   const std::string file = name + ".cu";
   int status = api.nvrtcCreateProgram(&program, source.c_str(), file.c_str(), 0, nullptr, nullptr);

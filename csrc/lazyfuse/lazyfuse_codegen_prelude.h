@@ -14,6 +14,7 @@
 #include "lazyfuse/lazyfuse_lowering_context.h"
 #include "lazyfuse/lazyfuse_node.h"
 #include "lazyfuse/lazyfuse_program.h"
+#include "lazyfuse/lazyfuse_scalar_operands.h"
 #include "lazyfuse/lazyfuse_shape_inference.h"
 
 namespace lazyfuse {

@@ -4,6 +4,8 @@
 #include <ATen/core/IListRef.h>
 #include <c10/util/Exception.h>
 
+#include <cstring>
+
 namespace lazyfuse {
 
 void CheckOnLazyDevice(const char* op, const char* arg, const at::Tensor& tensor) {
@@ -68,7 +70,10 @@ bool SameScalar(const at::Scalar& a, const at::Scalar& b) {
     return false;
   }
   if (a.isFloatingPoint()) {
-    return a.toDouble() == b.toDouble();
+    // Bitwise: -0.0 is not 0.0 (x * -0.0 keeps the sign), and NaN is NaN.
+    const double x = a.toDouble();
+    const double y = b.toDouble();
+    return std::memcmp(&x, &y, sizeof(double)) == 0;
   }
   if (a.isBoolean()) {
     return a.toBool() == b.toBool();

@@ -1,11 +1,13 @@
 #pragma once
 
 // Argument checks the generated lazy kernels run before building IR, so that
-// misuse ends in an exception naming the op instead of a crash.
+// misuse ends in an exception naming the op instead of a crash, and the
+// comparisons their IR reuse relies on.
 
 #include <ATen/Tensor.h>
 #include <ATen/core/ATen_fwd.h>
 #include <c10/core/Scalar.h>
+#include <torch/csrc/lazy/core/ir.h>
 
 #include <initializer_list>
 #include <optional>
@@ -29,5 +31,12 @@ std::optional<at::Tensor> CpuStandIn(const std::optional<at::Tensor>& tensor);
 // Exact equality of two scalars, type included (IR reuse must not recycle a
 // node built for 1 when 1.0 is asked for).
 bool SameScalar(const at::Scalar& a, const at::Scalar& b);
+
+// Whether an operand of a node is this very value. LTC's Output == Value
+// compares hashes, and device data hashes only its shape: with it, IR reuse
+// took where(m, b, a) for where(m, a, b) and swapped the two inputs.
+inline bool SameOperand(const torch::lazy::Output& operand, const torch::lazy::Value& value) {
+  return operand.node == value.node.get() && operand.index == value.index;
+}
 
 }  // namespace lazyfuse

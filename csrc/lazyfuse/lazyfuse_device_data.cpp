@@ -8,6 +8,7 @@
 #include <sstream>
 #include <unordered_set>
 
+#include "lazyfuse/lazyfuse_device_checks.h"
 #include "lazyfuse/lazyfuse_lowering_context.h"
 
 namespace lazyfuse {
@@ -67,22 +68,28 @@ bool DeviceData::CanBeReused(const std::shared_ptr<torch::lazy::BackendData>& da
   if (data_ == data) {
     return true;
   }
-  return last_used_step_ < g_step.load(std::memory_order_relaxed) &&
-         (data_ == nullptr || data_.use_count() == 1) && shape() == data->shape();
+  return last_used_step_ < g_step.load(std::memory_order_relaxed) && shape() == data->shape();
 }
 
 void DeviceData::MarkUsed() const {
   last_used_step_ = g_step.load(std::memory_order_relaxed);
 }
 
-void DeviceData::EndStep() {
-  g_step.fetch_add(1, std::memory_order_relaxed);
+void DeviceData::EndStep(const std::vector<const torch::lazy::Node*>& held_by_tensors) {
+  const uint64_t step = g_step.fetch_add(1, std::memory_order_relaxed) + 1;
+  // A live tensor may keep a device-data node as its IR value into the new
+  // step: it counts as used there.
+  for (const torch::lazy::Node* node : held_by_tensors) {
+    if (const DeviceData* device_data = Cast(node)) {
+      device_data->last_used_step_ = step;
+    }
+  }
   LiveNodes& live = Live();
   std::lock_guard<std::mutex> lock(live.mutex);
   for (DeviceData* node : live.nodes) {
-    // Only this node holds the data, and every live tensor was just synced:
-    // no graph can read it.
-    if (node->data_ != nullptr && node->data_.use_count() == 1) {
+    // Every live tensor was just synced, so a node no tensor holds is only
+    // history in the TrieCache: no graph can read its data any more.
+    if (node->last_used_step_ < step) {
       node->data_.reset();
     }
   }
@@ -126,7 +133,7 @@ bool TensorList::CanBeReused(torch::lazy::OpList values) const {
     return false;
   }
   for (size_t i = 0; i < values.size(); ++i) {
-    if (!(operand(i) == values[i])) {
+    if (!SameOperand(operand(i), values[i])) {
       return false;
     }
   }

@@ -22,20 +22,20 @@ class DeviceData : public LazyFuseNode {
   // graph hash does not depend on the data, only on its shape.
   static torch::lazy::NodePtr Create(const std::shared_ptr<torch::lazy::BackendData>& data);
 
-  // A node may be recycled only when nothing can still read it: no graph
-  // traced in this step uses it (its last use is from an earlier step, and
-  // every graph of an earlier step was synced by mark_step), and no tensor
-  // holds its data (a tensor whose IR is this node also holds the data, as
-  // BatchNorm's running statistics do in eval mode).
+  // A node may be recycled only when nothing can still read it: it was last
+  // used in an earlier step. Each graph that used it was synced by that
+  // step's mark_step, and a tensor still holding it as its IR value (as
+  // BatchNorm's running statistics do in eval mode) marks it used again.
   bool CanBeReused(const std::shared_ptr<torch::lazy::BackendData>& data) const;
 
   // Called by each node built on this one: it is in use in this step.
   void MarkUsed() const;
 
-  // Called after mark_step synced every live tensor: starts a new step, and
-  // lets go of the data of nodes nothing can read any more, which the
-  // TrieCache would otherwise keep alive.
-  static void EndStep();
+  // Called after mark_step synced every live tensor, with the IR values
+  // those tensors still hold: starts a new step, and lets go of the data of
+  // nodes nothing can read any more, which the TrieCache would otherwise
+  // keep alive.
+  static void EndStep(const std::vector<const torch::lazy::Node*>& held_by_tensors);
 
   std::string ToString() const override;
   void Lower(LazyFuseLoweringContext& ctx) const override;

@@ -9,6 +9,7 @@
 namespace lazyfuse {
 
 std::vector<at::Tensor> RunProgram(const Program& program, std::vector<at::Tensor> parameters) {
+  TORCH_LAZY_TIMED("LazyFuseExecute");
   TORCH_CHECK(parameters.size() == program.parameters.size(),
               "lazyfuse: program takes ",
               program.parameters.size(),

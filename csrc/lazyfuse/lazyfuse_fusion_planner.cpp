@@ -1,6 +1,7 @@
 #include "lazyfuse/lazyfuse_fusion_planner.h"
 
 #include <c10/util/Exception.h>
+#include <torch/csrc/lazy/core/metrics.h>
 
 #include <algorithm>
 #include <numeric>
@@ -398,6 +399,7 @@ std::string FusionPlan::ToString(const Program& program) const {
 }
 
 FusionPlan PlanFusion(const Program& program) {
+  TORCH_LAZY_TIMED("LazyFusePlanning");
   return Planner(program).Run();
 }
 

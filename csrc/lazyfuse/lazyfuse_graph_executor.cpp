@@ -38,7 +38,13 @@ void LazyFuseGraphExecutor::SyncLiveTensorsGraph(const torch::lazy::BackendDevic
 
 void LazyFuseGraphExecutor::MarkStep(const torch::lazy::BackendDevice& device) {
   torch::lazy::LazyGraphExecutor::MarkStep(device);
-  DeviceData::EndStep();
+  std::vector<const torch::lazy::Node*> held;
+  for (const auto& tensor : GetLiveTensors(&device)) {
+    if (const torch::lazy::Value value = tensor->CurrentIrValue()) {
+      held.push_back(value.node.get());
+    }
+  }
+  DeviceData::EndStep(held);
 }
 
 torch::lazy::LazyGraphExecutor::PostOrderData LazyFuseGraphExecutor::RunPostOrder(

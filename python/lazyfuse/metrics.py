@@ -13,6 +13,14 @@ from lazyfuse import _C
 GRAPHS_EXECUTED = "LazyFuseGraphsExecuted"
 STEPS_PER_GRAPH = "LazyFuseStepsPerGraph"
 
+# Where a graph's host time goes, as LTC timed metrics (nanoseconds summed).
+PHASE_METRICS = {
+    "lowering": "LazyFuseLowering",  # IR graph -> Program
+    "planning": "LazyFusePlanning",  # Program -> fusion groups
+    "nvrtc": "LazyFuseNvrtcCompile",  # CUDA source -> CUBIN/PTX, cache misses only
+    "execute": "LazyFuseExecute",  # running a Program's steps (launches on CUDA)
+}
+
 
 def counter_names() -> list[str]:
     """Returns the names of every counter that has counted something."""
@@ -33,6 +41,15 @@ def steps_per_graph() -> list[float]:
     """Returns the step count of each recently executed graph (oldest first)."""
     summary = _C._metric_summary(STEPS_PER_GRAPH)
     return list(summary.get("samples", []))
+
+
+def phase_seconds() -> dict[str, float]:
+    """Returns the seconds spent in each phase since the last reset:
+    ``lowering``, ``planning``, ``nvrtc`` and ``execute``."""
+    return {
+        phase: float(_C._metric_summary(name).get("accumulator", 0.0)) / 1e9
+        for phase, name in PHASE_METRICS.items()
+    }
 
 
 def fallback_counts() -> dict[str, int]:
