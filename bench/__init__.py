@@ -1,0 +1,1 @@
+"""lazyfuse benchmarks: `python -m bench` (see bench/__main__.py)."""
