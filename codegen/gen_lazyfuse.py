@@ -64,6 +64,42 @@ def step_kind(op_name: str) -> str:
     return "kOpaque"
 
 
+# View ops whose *_copy variant (all functionalization leaves in the IR) runs
+# as the view itself: buffers of a Program are never written in place, so an
+# alias is as good as a copy, and copying each transposed weight cost more
+# than the matmul. view_copy runs as reshape, which copies only when strides
+# leave no choice; as_strided and dtype views keep their copy.
+ALIAS_VIEWS = {
+    "alias",
+    "detach",
+    "diagonal",
+    "expand",
+    "permute",
+    "select",
+    "slice",
+    "split",
+    "squeeze",
+    "t",
+    "transpose",
+    "unbind",
+    "unfold",
+    "unsqueeze",
+}
+
+
+def executed_op(op_name: str, unambiguous: str) -> str:
+    """The at::_ops entry a step calls: the view instead of its copy where safe."""
+    base, _, overload = op_name.partition(".")
+    if step_kind(op_name) != "kView" or not base.endswith("_copy"):
+        return unambiguous
+    view = base[: -len("_copy")]
+    if view == "view" and not overload:
+        return "reshape"
+    if view in ALIAS_VIEWS and (view + (f".{overload}" if overload else "")) in TAGS:
+        return f"{view}_{overload}" if overload else view
+    return unambiguous
+
+
 def is_tensor_list(arg: LazyArgument) -> bool:
     # torchgen tells a TensorList value from a Tensor value by object identity.
     return isinstance(arg.lazy_type, BaseCType) and arg.lazy_type.type is tensorListValueT
@@ -135,7 +171,7 @@ class GenLazyFuseIR(GenLazyIR):
                 captures.append(f"const auto {local} = this->{arg.name};")
                 call_args.append(dispatcher_arg(str(arg.orig_type), local))
                 attrs.append(f'{{"{arg.name}", lazyfuse::ToAttr({local})}}')
-        aten_op = schema.func.name.unambiguous_name()
+        aten_op = executed_op(op_name, schema.func.name.unambiguous_name())
         capture_block = "\n    ".join(captures)
         read_block = "\n      ".join(reads)
         return f"""{signature} {{
@@ -173,9 +209,7 @@ class GenLazyFuseIR(GenLazyIR):
                 # Absent optionals take no operand slot, so presence must match
                 # before positions can be compared.
                 checks.append(f"this->has_{arg.name} == {arg.name}.has_value()")
-                checks.append(
-                    f"(!{arg.name} || lazyfuse::SameOperand(operand(i++), *{arg.name}))"
-                )
+                checks.append(f"(!{arg.name} || lazyfuse::SameOperand(operand(i++), *{arg.name}))")
             else:
                 checks.append(f"lazyfuse::SameOperand(operand(i++), {arg.name})")
         for arg in schema.filtered_args(values=False, scalars=True):
