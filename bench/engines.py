@@ -27,7 +27,12 @@ class EngineSpec:
 ENGINES: list[EngineSpec] = [
     EngineSpec("eager-cpu", "eager", "cpu"),
     EngineSpec("eager-cuda", "eager", "cuda"),
-    EngineSpec("lazyfuse-cpu", "lazyfuse", "cpu", env={"LAZYFUSE_DEVICE": "cpu"}),
+    EngineSpec(
+        "lazyfuse-cpu",
+        "lazyfuse",
+        "cpu",
+        env={"LAZYFUSE_DEVICE": "cpu", "LAZYFUSE_CACHE_DIR": "0"},  # NVRTC dry run compiles
+    ),
     EngineSpec(
         "lazyfuse-cuda",
         "lazyfuse",

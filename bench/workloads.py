@@ -218,7 +218,10 @@ class FirstStep(Case):
 
         tensors = [loss, *self.training.model.parameters()]
         for state in self.training.optimizer.state.values():
-            tensors += [v for v in state.values() if isinstance(v, torch.Tensor)]
+            # Adam keeps its step count on the CPU.
+            tensors += [
+                v for v in state.values() if isinstance(v, torch.Tensor) and v.device.type == "lazy"
+            ]
         lf.metrics.reset()
         if lf.debug.nvrtc_info().get("found"):
             kernels = lf.debug.compile_cuda(tensors, arch="sm_90")
