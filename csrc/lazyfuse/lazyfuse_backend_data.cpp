@@ -1,6 +1,9 @@
 #include "lazyfuse/lazyfuse_backend_data.h"
 
+#include <ATen/EmptyTensor.h>
 #include <c10/util/Exception.h>
+
+#include <cstring>
 
 namespace lazyfuse {
 
@@ -25,6 +28,14 @@ const at::Tensor& LazyFuseBackendData::tensor() const {
               shape().to_string(),
               " before the graph that produces it has run");
   return value_;
+}
+
+at::Tensor CopyHostScalar(const at::Tensor& scalar) {
+  TORCH_CHECK(scalar.dim() == 0 && scalar.is_cpu(), "lazyfuse: expected a 0-dim CPU tensor");
+  at::Tensor copy = at::detail::empty_cpu({}, scalar.scalar_type());
+  std::memcpy(copy.mutable_data_ptr(), scalar.const_data_ptr(), scalar.element_size());
+  copy.unsafeGetTensorImpl()->set_wrapped_number(scalar.unsafeGetTensorImpl()->is_wrapped_number());
+  return copy;
 }
 
 bool LazyFuseBackendData::is_host_scalar() const {

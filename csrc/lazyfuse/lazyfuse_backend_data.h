@@ -34,4 +34,10 @@ class LazyFuseBackendData : public torch::lazy::BackendData {
   at::Tensor value_;
 };
 
+// A copy of a 0-dim CPU value, made without the dispatcher (it runs for
+// every scalar operand while tracing), so a later in-place write to the
+// source never reaches a graph. Python numbers keep the wrapped-number flag
+// that gives them Python type promotion (float_tensor * 2 stays float).
+at::Tensor CopyHostScalar(const at::Tensor& scalar);
+
 }  // namespace lazyfuse

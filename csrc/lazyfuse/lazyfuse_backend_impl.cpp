@@ -57,12 +57,8 @@ class LazyFuseBackendImpl : public torch::lazy::BackendImplInterface {
     // else is copied, so later writes to the source never leak into the graph.
     const bool host_scalar = tensor.dim() == 0 && tensor.is_cpu();
     at::Tensor value = host_scalar
-                           ? tensor.clone()
+                           ? CopyHostScalar(tensor)
                            : tensor.to(BackingDevice(), /*non_blocking=*/false, /*copy=*/true);
-    if (host_scalar && tensor.unsafeGetTensorImpl()->is_wrapped_number()) {
-      // Keeps Python-number type promotion: float_tensor * 2 stays float.
-      value.unsafeGetTensorImpl()->set_wrapped_number(true);
-    }
     return std::make_shared<LazyFuseBackendData>(device, shape, std::move(value));
   }
 

@@ -1,11 +1,8 @@
 #include "lazyfuse/lazyfuse_scalar_operands.h"
 
-#include <ATen/EmptyTensor.h>
 #include <ATen/ScalarOps.h>
 #include <torch/csrc/lazy/backend/backend_interface.h>
 #include <torch/csrc/lazy/core/ir_builder.h>
-
-#include <cstring>
 
 #include "lazyfuse/lazyfuse_backend_data.h"
 
@@ -63,13 +60,7 @@ torch::lazy::LazyTensorPtr GetLtcTensorOrWrapNumber(const at::Tensor& tensor,
           device);
     }
   }
-  // A copy, so a later in-place write to a user's 0-dim tensor never reaches
-  // the graph. Wrapped numbers keep the flag that gives them Python-number
-  // type promotion when the graph runs.
-  at::Tensor host = at::detail::empty_cpu({}, tensor.scalar_type());
-  std::memcpy(host.mutable_data_ptr(), tensor.const_data_ptr(), tensor.element_size());
-  host.unsafeGetTensorImpl()->set_wrapped_number(wrapped);
-  return torch::lazy::LazyTensor::Create(HostScalarValue(std::move(host), device), device);
+  return torch::lazy::LazyTensor::Create(HostScalarValue(CopyHostScalar(tensor), device), device);
 }
 
 }  // namespace lazyfuse
