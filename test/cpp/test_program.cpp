@@ -4,10 +4,10 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
-#include "lazyfuse/lazyfuse_executor.h"
-#include "lazyfuse/lazyfuse_node.h"
-#include "lazyfuse/lazyfuse_program.h"
-#include "lazyfuse/lazyfuse_shape_inference.h"
+#include "program/executor.h"
+#include "ltc/node.h"
+#include "program/program.h"
+#include "ops/shape_inference.h"
 
 namespace lazyfuse {
 namespace {

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 import lazyfuse
 
 # yaml (full_codegen) ops covered here rather than by an exact comparison; the
-# random ops themselves are written by hand (see lazyfuse_random.cpp).
+# random ops themselves are written by hand (see csrc/ops/random.cpp).
 RANDOM_OPS = {"native_dropout_backward"}
 
 N = 200_000

@@ -1,0 +1,406 @@
+#include "fusion/planner.h"
+
+#include <c10/util/Exception.h>
+#include <torch/csrc/lazy/core/metrics.h>
+
+#include <algorithm>
+#include <numeric>
+#include <sstream>
+
+#include "fusion/rules.h"
+
+namespace lazyfuse {
+namespace {
+
+enum class Role { kOpaque, kPointwise, kView, kReduction };
+
+Role RoleOf(const Step& step, const Program& program) {
+  if (!step.operand_arity.empty()) {
+    return Role::kOpaque;  // tensor-list operands: cat, stack, index
+  }
+  if (ReductionRuleFor(step, program)) {
+    return Role::kReduction;
+  }
+  if (ViewRuleFor(step, program)) {
+    return Role::kView;
+  }
+  if (PointwiseRuleFor(step, program)) {
+    return Role::kPointwise;
+  }
+  return Role::kOpaque;
+}
+
+int64_t Numel(const std::vector<int64_t>& shape) {
+  return std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
+}
+
+// Right-aligned broadcast: every dim of `from` equals the matching dim of `to` or is 1.
+bool BroadcastsTo(const std::vector<int64_t>& from, const std::vector<int64_t>& to) {
+  if (from.size() > to.size()) {
+    return false;
+  }
+  const size_t offset = to.size() - from.size();
+  for (size_t d = 0; d < from.size(); ++d) {
+    if (from[d] != 1 && from[d] != to[offset + d]) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// A buffer of `shape` can live in a kernel over `domain` when it has the
+// domain's element count (stored at the linear index) or broadcasts to it.
+bool FitsDomain(const std::vector<int64_t>& shape, const std::vector<int64_t>& domain) {
+  return Numel(shape) == Numel(domain) || BroadcastsTo(shape, domain);
+}
+
+class Planner {
+ public:
+  explicit Planner(const Program& program)
+      : program_(program),
+        producer_(program.buffers.size(), -1),
+        row_level_(program.buffers.size(), false) {}
+
+  FusionPlan Run() {
+    for (size_t i = 0; i < program_.steps.size(); ++i) {
+      const Step& step = program_.steps[i];
+      switch (RoleOf(step, program_)) {
+        case Role::kOpaque:
+          AddAtenStep(i);
+          break;
+        case Role::kReduction:
+          AddReduction(i);
+          break;
+        case Role::kPointwise:
+        case Role::kView:
+          AddPointwise(i);
+          break;
+      }
+    }
+    return Finish();
+  }
+
+ private:
+  const std::vector<int64_t>& Shape(BufferId id) const {
+    return program_.buffers[id].sizes;
+  }
+
+  int NewGroup(GroupKind kind, std::vector<int64_t> domain) {
+    FusionGroup group;
+    group.kind = kind;
+    group.domain = std::move(domain);
+    groups_.push_back(std::move(group));
+    sealed_.push_back(false);
+    alive_.push_back(true);
+    return static_cast<int>(groups_.size() - 1);
+  }
+
+  void Place(size_t step_index, int group) {
+    groups_[group].steps.push_back(step_index);
+    for (BufferId id : program_.steps[step_index].outputs) {
+      producer_[id] = group;
+    }
+  }
+
+  // A group whose value something outside it has read takes no more steps:
+  // it runs at its last step, which must stay before that reader.
+  void SealProducersOf(const Step& step, int except) {
+    for (BufferId id : step.inputs) {
+      const int g = producer_[id];
+      if (g >= 0 && g != except) {
+        sealed_[g] = true;
+      }
+    }
+  }
+
+  void AddAtenStep(size_t i) {
+    SealProducersOf(program_.steps[i], -1);
+    const int g = NewGroup(GroupKind::kAten, {});
+    Place(i, g);
+    sealed_[g] = true;
+  }
+
+  bool Open(int g) const {
+    return g >= 0 && alive_[g] && !sealed_[g] && groups_[g].kind != GroupKind::kAten;
+  }
+
+  // The shape epilogue steps of a reduction group are computed over.
+  std::vector<int64_t> EpilogueDomain(int g) const {
+    const FusionGroup& group = groups_[g];
+    const Step& reduction = program_.steps[*group.reduction];
+    const auto rule = ReductionRuleFor(reduction, program_);
+    return WritesFullShape(rule->kind) ? group.domain : Shape(reduction.outputs[0]);
+  }
+
+  bool CanJoin(int g, const Step& step) const {
+    const std::vector<int64_t>& out = Shape(step.outputs[0]);
+    const FusionGroup& group = groups_[g];
+    if (group.kind == GroupKind::kReduction) {
+      const std::vector<int64_t> epilogue = EpilogueDomain(g);
+      if (Numel(out) > Numel(epilogue) || !FitsDomain(out, epilogue)) {
+        return false;
+      }
+      const bool row_epilogue = epilogue != group.domain;
+      for (BufferId id : step.inputs) {
+        if (row_epilogue && producer_[id] == g && !row_level_[id]) {
+          return false;  // a per-element prologue value is gone once the row is reduced
+        }
+      }
+      return true;
+    }
+    if (Numel(out) <= Numel(group.domain)) {
+      return FitsDomain(out, group.domain);
+    }
+    // Growing the domain: everything already in the group must fit the new one.
+    for (size_t s : group.steps) {
+      for (BufferId id : program_.steps[s].outputs) {
+        if (!BroadcastsTo(Shape(id), out)) {
+          return false;
+        }
+      }
+    }
+    return true;
+  }
+
+  void Join(int g, size_t i) {
+    const Step& step = program_.steps[i];
+    FusionGroup& group = groups_[g];
+    const std::vector<int64_t>& out = Shape(step.outputs[0]);
+    if (group.kind == GroupKind::kPointwise && Numel(out) > Numel(group.domain)) {
+      group.domain = out;
+    }
+    if (group.kind == GroupKind::kReduction && EpilogueDomain(g) != group.domain) {
+      row_level_[step.outputs[0]] = true;
+    }
+    Place(i, g);
+  }
+
+  void MergeInto(int into, int from) {
+    FusionGroup& target = groups_[into];
+    FusionGroup& source = groups_[from];
+    for (size_t s : source.steps) {
+      for (BufferId id : program_.steps[s].outputs) {
+        producer_[id] = into;
+      }
+    }
+    target.steps.insert(target.steps.end(), source.steps.begin(), source.steps.end());
+    std::sort(target.steps.begin(), target.steps.end());
+    if (Numel(source.domain) > Numel(target.domain)) {
+      target.domain = source.domain;
+    }
+    source.steps.clear();
+    alive_[from] = false;
+  }
+
+  void AddPointwise(size_t i) {
+    const Step& step = program_.steps[i];
+    const std::vector<int64_t>& out = Shape(step.outputs[0]);
+    std::vector<int> candidates;
+    for (BufferId id : step.inputs) {
+      const int g = producer_[id];
+      if (Open(g) && std::find(candidates.begin(), candidates.end(), g) == candidates.end()) {
+        candidates.push_back(g);
+      }
+    }
+    if (candidates.empty()) {
+      const int sibling = SiblingReading(step);
+      if (sibling >= 0) {
+        Place(i, sibling);
+        return;
+      }
+    }
+    if (candidates.size() == 1 && CanJoin(candidates[0], step)) {
+      SealProducersOf(step, candidates[0]);
+      Join(candidates[0], i);
+      return;
+    }
+    if (candidates.size() > 1) {
+      bool all_pointwise = true;
+      for (int g : candidates) {
+        all_pointwise = all_pointwise && groups_[g].kind == GroupKind::kPointwise &&
+                        CanJoin(g, step) && FitsDomain(groups_[g].domain, out);
+      }
+      if (all_pointwise) {
+        for (size_t k = 1; k < candidates.size(); ++k) {
+          MergeInto(candidates[0], candidates[k]);
+        }
+        Join(candidates[0], i);
+        return;
+      }
+    }
+    SealProducersOf(step, -1);
+    Place(i, NewGroup(GroupKind::kPointwise, out));
+  }
+
+  // Horizontal fusion: an open pointwise group over the same shape that
+  // already reads one of this step's inputs, so that input is read once.
+  int SiblingReading(const Step& step) const {
+    const std::vector<int64_t>& out = Shape(step.outputs[0]);
+    for (int g = static_cast<int>(groups_.size()) - 1; g >= 0; --g) {
+      if (!Open(g) || groups_[g].kind != GroupKind::kPointwise || groups_[g].domain != out) {
+        continue;
+      }
+      for (size_t s : groups_[g].steps) {
+        for (BufferId read : program_.steps[s].inputs) {
+          if (!Shape(read).empty() &&
+              std::find(step.inputs.begin(), step.inputs.end(), read) != step.inputs.end()) {
+            return g;
+          }
+        }
+      }
+    }
+    return -1;
+  }
+
+  void AddReduction(size_t i) {
+    const Step& step = program_.steps[i];
+    const std::vector<int64_t>& in = Shape(step.inputs[0]);
+    const int g = producer_[step.inputs[0]];
+    int target = -1;
+    if (Open(g) && groups_[g].kind == GroupKind::kPointwise &&
+        Numel(groups_[g].domain) == Numel(in)) {
+      target = g;
+      for (size_t s : groups_[g].steps) {
+        for (BufferId id : program_.steps[s].outputs) {
+          target = FitsDomain(Shape(id), in) ? target : -1;
+        }
+      }
+    }
+    SealProducersOf(step, target);
+    if (target < 0) {
+      target = NewGroup(GroupKind::kReduction, in);
+    }
+    FusionGroup& group = groups_[target];
+    group.kind = GroupKind::kReduction;
+    group.domain = in;
+    group.reduction = i;
+    Place(i, target);
+    const bool full = WritesFullShape(ReductionRuleFor(step, program_)->kind);
+    for (size_t k = 0; k < step.outputs.size(); ++k) {
+      row_level_[step.outputs[k]] = !(full && k == 0);
+    }
+  }
+
+  FusionPlan Finish() {
+    std::vector<int> group_of(program_.buffers.size(), -1);
+    std::vector<int> final_index(groups_.size(), -1);
+    std::vector<size_t> order;
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      if (alive_[g] && !groups_[g].steps.empty()) {
+        order.push_back(g);
+      }
+    }
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return groups_[a].steps.back() < groups_[b].steps.back();
+    });
+    FusionPlan plan;
+    for (size_t g : order) {
+      final_index[g] = static_cast<int>(plan.groups.size());
+      plan.groups.push_back(std::move(groups_[g]));
+    }
+    for (size_t g = 0; g < plan.groups.size(); ++g) {
+      for (size_t s : plan.groups[g].steps) {
+        for (BufferId id : program_.steps[s].outputs) {
+          group_of[id] = static_cast<int>(g);
+        }
+      }
+    }
+    auto add_unique = [](std::vector<BufferId>& list, BufferId id) {
+      if (std::find(list.begin(), list.end(), id) == list.end()) {
+        list.push_back(id);
+      }
+    };
+    std::vector<bool> materialised(program_.buffers.size(), false);
+    for (size_t g = 0; g < plan.groups.size(); ++g) {
+      for (size_t s : plan.groups[g].steps) {
+        for (BufferId id : program_.steps[s].inputs) {
+          if (group_of[id] != static_cast<int>(g)) {
+            add_unique(plan.groups[g].inputs, id);
+            materialised[id] = true;
+          }
+        }
+      }
+    }
+    for (BufferId id : program_.results) {
+      materialised[id] = true;
+    }
+    for (FusionGroup& group : plan.groups) {
+      for (size_t s : group.steps) {
+        for (BufferId id : program_.steps[s].outputs) {
+          if (materialised[id] || group.kind == GroupKind::kAten) {
+            add_unique(group.outputs, id);
+          }
+        }
+      }
+    }
+    return plan;
+  }
+
+  const Program& program_;
+  std::vector<FusionGroup> groups_;
+  std::vector<bool> sealed_;
+  std::vector<bool> alive_;
+  std::vector<int> producer_;
+  std::vector<bool> row_level_;
+};
+
+}  // namespace
+
+const char* GroupKindName(GroupKind kind) {
+  switch (kind) {
+    case GroupKind::kAten:
+      return "aten";
+    case GroupKind::kPointwise:
+      return "pointwise";
+    case GroupKind::kReduction:
+      return "reduction";
+  }
+  return "unknown";
+}
+
+size_t FusionPlan::FusedGroupCount() const {
+  return std::count_if(groups.begin(), groups.end(), [](const FusionGroup& group) {
+    return group.kind != GroupKind::kAten;
+  });
+}
+
+std::string FusionPlan::ToString(const Program& program) const {
+  auto shape = [](const std::vector<int64_t>& sizes) {
+    std::ostringstream out;
+    out << "[";
+    for (size_t d = 0; d < sizes.size(); ++d) {
+      out << (d ? "," : "") << sizes[d];
+    }
+    out << "]";
+    return out.str();
+  };
+  auto buffers = [](const std::vector<BufferId>& ids) {
+    std::ostringstream out;
+    for (size_t k = 0; k < ids.size(); ++k) {
+      out << (k ? " " : "") << "%" << ids[k];
+    }
+    return out.str();
+  };
+  std::ostringstream out;
+  out << "fusion plan (" << groups.size() << " groups, " << FusedGroupCount() << " fused)\n";
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const FusionGroup& group = groups[g];
+    out << "  group " << g << " [" << GroupKindName(group.kind);
+    if (group.kind != GroupKind::kAten) {
+      out << " " << shape(group.domain);
+    }
+    out << "]:";
+    for (size_t s : group.steps) {
+      out << " " << program.steps[s].qualified_op();
+    }
+    out << " (" << buffers(group.inputs) << " -> " << buffers(group.outputs) << ")\n";
+  }
+  return out.str();
+}
+
+FusionPlan PlanFusion(const Program& program) {
+  TORCH_LAZY_TIMED("LazyFusePlanning");
+  return Planner(program).Run();
+}
+
+}  // namespace lazyfuse

@@ -1,0 +1,49 @@
+#pragma once
+
+// Groups a Program's steps into kernels. Works on the Program alone, so the
+// plan is the same whichever device later runs it; the CUDA backend turns
+// each fused group into one NVRTC kernel and leaves the rest as ATen calls.
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "program/program.h"
+
+namespace lazyfuse {
+
+enum class GroupKind {
+  kAten,       // one step, run as its ATen call
+  kPointwise,  // pointwise steps and views, one thread per element of `domain`
+  kReduction,  // one reduction with its pointwise prologue and epilogue
+};
+
+const char* GroupKindName(GroupKind kind);
+
+struct FusionGroup {
+  GroupKind kind = GroupKind::kAten;
+  // Program step indices, ascending. The group runs where its last step was.
+  std::vector<size_t> steps;
+  // Buffers the group reads that come from outside it, in first-use order.
+  std::vector<BufferId> inputs;
+  // Buffers the group produces that something outside it (or the program's
+  // results) reads, in production order.
+  std::vector<BufferId> outputs;
+  // kPointwise: the iteration shape. kReduction: the reduction's input shape.
+  std::vector<int64_t> domain;
+  // kReduction: the reduction step.
+  std::optional<size_t> reduction;
+};
+
+struct FusionPlan {
+  std::vector<FusionGroup> groups;  // in execution order
+
+  size_t FusedGroupCount() const;
+  std::string ToString(const Program& program) const;
+};
+
+// Which buffers have to be written to memory: a buffer is materialised when a
+// step outside its group reads it or the program returns it.
+FusionPlan PlanFusion(const Program& program);
+
+}  // namespace lazyfuse

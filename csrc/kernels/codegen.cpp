@@ -1,0 +1,283 @@
+#include "kernels/codegen.h"
+
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <set>
+
+#include "fusion/rules.h"
+#include "kernels/writer.h"
+
+namespace lazyfuse {
+namespace {
+
+constexpr int64_t k32BitLimit = int64_t{1} << 30;
+
+std::string ShortOpName(const std::string& qualified) {
+  std::string name = qualified.substr(qualified.rfind(':') + 1);
+  name = name.substr(0, name.find('.'));
+  name.erase(std::remove_if(name.begin(), name.end(), [](char c) { return !isalnum(c); }),
+             name.end());
+  return name;
+}
+
+std::string KernelName(const Program& program, const FusionGroup& group) {
+  std::string name = std::string("lf_") + GroupKindName(group.kind);
+  size_t shown = 0;
+  for (size_t s : group.steps) {
+    if (shown++ == 4) {
+      name += "_etc" + std::to_string(group.steps.size());
+      break;
+    }
+    name += "_" + ShortOpName(program.steps[s].qualified_op());
+  }
+  return name;
+}
+
+// 32-bit index arithmetic when every element count and offset leaves headroom
+// for the grid-stride increment; 64-bit otherwise.
+bool NeedsIndex64(const Program& program,
+                  const FusionGroup& group,
+                  const KernelSignature& signature) {
+  int64_t largest = ShapeNumel(group.domain);
+  for (size_t k = 0; k < group.inputs.size(); ++k) {
+    const auto& sizes = program.buffers[group.inputs[k]].sizes;
+    largest = std::max(largest, ShapeNumel(sizes));
+    if (signature.inputs[k].kind == InputBinding::Kind::kTensor) {
+      int64_t extent = 0;
+      for (size_t d = 0; d < sizes.size(); ++d) {
+        extent += (sizes[d] - 1) * std::abs(signature.inputs[k].strides[d]);
+      }
+      largest = std::max(largest, extent + 1);
+    }
+  }
+  for (BufferId id : group.outputs) {
+    largest = std::max(largest, ShapeNumel(program.buffers[id].sizes));
+  }
+  return largest > k32BitLimit;
+}
+
+std::string Parameters(const Program& program,
+                       const FusionGroup& group,
+                       const KernelSignature& signature,
+                       const KernelDialect& dialect) {
+  std::vector<std::string> params;
+  const std::string restrict_ = dialect.restrict_qualifier;
+  for (size_t k = 0; k < group.inputs.size(); ++k) {
+    const at::ScalarType dtype = program.buffers[group.inputs[k]].dtype;
+    switch (signature.inputs[k].kind) {
+      case InputBinding::Kind::kTensor:
+        params.push_back("const " + std::string(StorageTypeName(dtype)) + "* " + restrict_ + " in" +
+                         std::to_string(k));
+        break;
+      case InputBinding::Kind::kHostScalar:
+        params.push_back(std::string(RegisterTypeName(dtype)) + " s" + std::to_string(k));
+        break;
+      case InputBinding::Kind::kConstant:
+        break;
+    }
+  }
+  for (size_t k = 0; k < group.outputs.size(); ++k) {
+    const at::ScalarType dtype = program.buffers[group.outputs[k]].dtype;
+    params.push_back(std::string(StorageTypeName(dtype)) + "* " + restrict_ + " out" +
+                     std::to_string(k));
+  }
+  std::string joined;
+  for (size_t i = 0; i < params.size(); ++i) {
+    joined += (i ? ", " : "") + params[i];
+  }
+  return joined;
+}
+
+const char* VectorTypeFor(int bytes) {
+  switch (bytes) {
+    case 16:
+      return "lf_v16";
+    case 8:
+      return "lf_v8";
+    case 4:
+      return "unsigned int";
+    case 2:
+      return "unsigned short";
+    default:
+      return "unsigned char";
+  }
+}
+
+constexpr const char* kVectorTypes =
+    "struct alignas(16) lf_v16 { unsigned int w[4]; };\n"
+    "struct alignas(8) lf_v8 { unsigned int w[2]; };\n";
+
+class PointwiseKernel {
+ public:
+  PointwiseKernel(const Program& program,
+                  const FusionGroup& group,
+                  const KernelSignature& signature,
+                  const KernelDialect& dialect,
+                  KernelSource& out)
+      : program_(program), group_(group), signature_(signature), dialect_(dialect), out_(out) {}
+
+  std::string Body() {
+    const int64_t numel = ShapeNumel(group_.domain);
+    const std::string idx = out_.index64 ? "long long" : "int";
+    out_.vector_width = VectorWidth(numel);
+    out_.work_items = out_.vector_width > 1 ? numel / out_.vector_width : numel;
+    std::string text;
+    text += "  const " + idx + " n = " + std::to_string(numel) + ";\n";
+    text += "  const " + idx + " stride = (" + idx + ")" + dialect_.grid_size + " * " +
+            dialect_.block_size + ";\n";
+    text += "  const " + idx + " tid = (" + idx + ")" + dialect_.block_index + " * " +
+            dialect_.block_size + " + " + dialect_.thread_index + ";\n";
+    std::string tail_start = "tid";
+    if (out_.vector_width > 1) {
+      text += VectorLoop(idx);
+      tail_start = "n / " + std::to_string(out_.vector_width) + " * " +
+                   std::to_string(out_.vector_width) + " + tid";
+    }
+    KernelWriter tail(program_, group_, signature_, dialect_, idx);
+    tail.Open("for (" + idx + " i = " + tail_start + "; i < n; i += stride)");
+    StoreAll(tail, KernelIndex{group_.domain, "i", {}});
+    tail.Close();
+    return text + tail.text();
+  }
+
+ private:
+  // Elements per thread so that the widest buffer moves 16 bytes at a time;
+  // 1 when an input is not aligned for it.
+  int VectorWidth(int64_t numel) const {
+    size_t widest = 1;
+    for (size_t k = 0; k < group_.inputs.size(); ++k) {
+      const InputBinding& binding = signature_.inputs[k];
+      if (binding.kind == InputBinding::Kind::kTensor) {
+        if (!binding.aligned) {
+          return 1;
+        }
+        widest = std::max(widest, c10::elementSize(program_.buffers[group_.inputs[k]].dtype));
+      }
+    }
+    for (BufferId id : group_.outputs) {
+      widest = std::max(widest, c10::elementSize(program_.buffers[id].dtype));
+    }
+    const int width = static_cast<int>(16 / widest);
+    return numel >= width * 2 ? width : 1;
+  }
+
+  void StoreAll(KernelWriter& writer, const KernelIndex& index) {
+    for (size_t k = 0; k < group_.outputs.size(); ++k) {
+      writer.Store(k, index);
+    }
+  }
+
+  std::string VectorLoop(const std::string& idx) {
+    const int width = out_.vector_width;
+    KernelWriter lane(program_, group_, signature_, dialect_, idx);
+    lane.SetVectorLane("ij", "j");
+    lane.Open("for (int j = 0; j < " + std::to_string(width) + "; ++j)");
+    lane.Line("const " + idx + " ij = base + j;");
+    StoreAll(lane, KernelIndex{group_.domain, "ij", {}});
+    lane.Close();
+    auto union_of = [&](at::ScalarType dtype, const std::string& name) {
+      const int bytes = static_cast<int>(c10::elementSize(dtype)) * width;
+      return "    union { " + std::string(VectorTypeFor(bytes)) + " v; " + StorageTypeName(dtype) +
+             " e[" + std::to_string(width) + "]; } " + name + ";\n";
+    };
+    std::string text = "  for (" + idx + " b = tid; b < n / " + std::to_string(width) +
+                       "; b += stride) {\n    const " + idx + " base = b * " +
+                       std::to_string(width) + ";\n";
+    for (size_t k : lane.vector_inputs()) {
+      const at::ScalarType dtype = program_.buffers[group_.inputs[k]].dtype;
+      const std::string name = "vi" + std::to_string(k);
+      const int bytes = static_cast<int>(c10::elementSize(dtype)) * width;
+      text += union_of(dtype, name);
+      text += "    " + name + ".v = *reinterpret_cast<const " + VectorTypeFor(bytes) + "*>(in" +
+              std::to_string(k) + " + base);\n";
+    }
+    for (size_t k : lane.vector_outputs()) {
+      text += union_of(program_.buffers[group_.outputs[k]].dtype, "vo" + std::to_string(k));
+    }
+    text += "#pragma unroll\n" + lane.text();
+    for (size_t k : lane.vector_outputs()) {
+      const at::ScalarType dtype = program_.buffers[group_.outputs[k]].dtype;
+      const int bytes = static_cast<int>(c10::elementSize(dtype)) * width;
+      text += "    *reinterpret_cast<" + std::string(VectorTypeFor(bytes)) + "*>(out" +
+              std::to_string(k) + " + base) = vo" + std::to_string(k) + ".v;\n";
+    }
+    return text + "  }\n";
+  }
+
+  const Program& program_;
+  const FusionGroup& group_;
+  const KernelSignature& signature_;
+  const KernelDialect& dialect_;
+  KernelSource& out_;
+};
+
+}  // namespace
+
+// Defined in lazyfuse_reduction_codegen.cpp.
+std::string ReductionKernelBody(const Program& program,
+                                const FusionGroup& group,
+                                const KernelSignature& signature,
+                                const KernelDialect& dialect,
+                                KernelSource& out);
+
+KernelSignature PredictedSignature(const Program& program,
+                                   const FusionGroup& group,
+                                   const std::vector<bool>& host_scalar_parameters) {
+  KernelSignature signature;
+  for (BufferId id : group.inputs) {
+    InputBinding binding;
+    const BufferInfo& info = program.buffers[id];
+    binding.strides = ContiguousStrides(info.sizes);
+    for (const auto& constant : program.constants) {
+      if (constant.first == id && constant.second.dim() == 0) {
+        binding.kind = InputBinding::Kind::kConstant;
+        binding.literal = ConstantLiteral(constant.second);
+        binding.strides.clear();
+      }
+    }
+    for (size_t k = 0; k < program.parameters.size(); ++k) {
+      if (program.parameters[k] == id && k < host_scalar_parameters.size() &&
+          host_scalar_parameters[k]) {
+        binding.kind = InputBinding::Kind::kHostScalar;
+        binding.strides.clear();
+      }
+    }
+    signature.inputs.push_back(std::move(binding));
+  }
+  return signature;
+}
+
+KernelSource GenerateKernel(const Program& program,
+                            const FusionGroup& group,
+                            const KernelSignature& signature,
+                            const KernelDialect& dialect) {
+  TORCH_CHECK(group.kind != GroupKind::kAten, "lazyfuse: an ATen group has no kernel");
+  TORCH_CHECK(signature.inputs.size() == group.inputs.size(),
+              "lazyfuse: kernel signature binds ",
+              signature.inputs.size(),
+              " inputs, the group has ",
+              group.inputs.size());
+  KernelSource out;
+  out.name = KernelName(program, group);
+  for (size_t s : group.steps) {
+    out.ops.push_back(program.steps[s].qualified_op());
+  }
+  out.index64 = NeedsIndex64(program, group, signature);
+  const std::string body = group.kind == GroupKind::kPointwise
+                               ? PointwiseKernel(program, group, signature, dialect, out).Body()
+                               : ReductionKernelBody(program, group, signature, dialect, out);
+  out.source = std::string("// lazyfuse ") + dialect.name + " kernel: ";
+  for (size_t i = 0; i < out.ops.size(); ++i) {
+    out.source += (i ? ", " : "") + out.ops[i];
+  }
+  out.source += "\n" + std::string(dialect.prelude) + kVectorTypes + "\n" + dialect.kernel_prefix +
+                "void " + out.name + "(" + Parameters(program, group, signature, dialect) +
+                ") {\n" + body + "}\n";
+  return out;
+}
+
+}  // namespace lazyfuse

@@ -1,0 +1,223 @@
+#include "kernels/dialect.h"
+
+#include <c10/util/Exception.h>
+
+namespace lazyfuse {
+namespace {
+
+// NVRTC compiles with no system headers, so the prelude includes nothing:
+// half and bfloat16 conversions are written with PTX and bit operations.
+constexpr const char* kCudaPrelude = R"CUDA(
+typedef unsigned short lf_half;
+typedef unsigned short lf_bf16;
+#define LF_INF (__int_as_float(0x7f800000))
+#define LF_DINF (__longlong_as_double(0x7ff0000000000000LL))
+
+__device__ __forceinline__ float lf_h2f(lf_half h) {
+  float f;
+  asm("{ cvt.f32.f16 %0, %1; }" : "=f"(f) : "h"(h));
+  return f;
+}
+__device__ __forceinline__ lf_half lf_f2h(float f) {
+  lf_half h;
+  asm("{ cvt.rn.f16.f32 %0, %1; }" : "=h"(h) : "f"(f));
+  return h;
+}
+__device__ __forceinline__ float lf_bf2f(lf_bf16 b) {
+  return __uint_as_float(((unsigned int)b) << 16);
+}
+__device__ __forceinline__ lf_bf16 lf_f2bf(float f) {
+  unsigned int u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (lf_bf16)0x7fc0;
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (lf_bf16)(u >> 16);
+}
+__device__ __forceinline__ float lf_round_half(float f) { return lf_h2f(lf_f2h(f)); }
+__device__ __forceinline__ float lf_round_bf16(float f) { return lf_bf2f(lf_f2bf(f)); }
+
+#define LF_UNARY(name, ffn, dfn) \
+  __device__ __forceinline__ float name(float x) { return ffn(x); } \
+  __device__ __forceinline__ double name(double x) { return dfn(x); }
+LF_UNARY(lf_exp, expf, exp)
+LF_UNARY(lf_exp2, exp2f, exp2)
+LF_UNARY(lf_expm1, expm1f, expm1)
+LF_UNARY(lf_log, logf, log)
+LF_UNARY(lf_log2, log2f, log2)
+LF_UNARY(lf_log10, log10f, log10)
+LF_UNARY(lf_log1p, log1pf, log1p)
+LF_UNARY(lf_sqrt, sqrtf, sqrt)
+LF_UNARY(lf_rsqrt, rsqrtf, rsqrt)
+LF_UNARY(lf_sin, sinf, sin)
+LF_UNARY(lf_cos, cosf, cos)
+LF_UNARY(lf_tan, tanf, tan)
+LF_UNARY(lf_tanh, tanhf, tanh)
+LF_UNARY(lf_erf, erff, erf)
+LF_UNARY(lf_erfc, erfcf, erfc)
+LF_UNARY(lf_floor, floorf, floor)
+LF_UNARY(lf_ceil, ceilf, ceil)
+LF_UNARY(lf_trunc, truncf, trunc)
+LF_UNARY(lf_rint, rintf, rint)
+__device__ __forceinline__ float lf_pow(float a, float b) { return powf(a, b); }
+__device__ __forceinline__ double lf_pow(double a, double b) { return pow(a, b); }
+
+template <typename T> __device__ __forceinline__ bool lf_isnan(T x) { return x != x; }
+template <typename T> __device__ __forceinline__ T lf_abs(T x) { return x < (T)0 ? -x : x; }
+__device__ __forceinline__ float lf_abs(float x) { return fabsf(x); }
+__device__ __forceinline__ double lf_abs(double x) { return fabs(x); }
+__device__ __forceinline__ bool lf_abs(bool x) { return x; }
+template <typename T> __device__ __forceinline__ T lf_sign(T x) {
+  return lf_isnan(x) ? x : (T)((x > (T)0) - (x < (T)0));
+}
+template <typename T> __device__ __forceinline__ T lf_relu(T x) {
+  return (lf_isnan(x) || x > (T)0) ? x : (T)0;
+}
+template <typename T> __device__ __forceinline__ T lf_maximum(T a, T b) {
+  return lf_isnan(a) ? a : (lf_isnan(b) ? b : (a > b ? a : b));
+}
+template <typename T> __device__ __forceinline__ T lf_minimum(T a, T b) {
+  return lf_isnan(a) ? a : (lf_isnan(b) ? b : (a < b ? a : b));
+}
+template <typename T> __device__ __forceinline__ T lf_clamp_min(T x, T lo) {
+  return lf_isnan(lo) ? lo : (x < lo ? lo : x);
+}
+template <typename T> __device__ __forceinline__ T lf_clamp_max(T x, T hi) {
+  return lf_isnan(hi) ? hi : (x > hi ? hi : x);
+}
+template <typename T> __device__ __forceinline__ T lf_lerp(T a, T b, T w) {
+  return lf_abs(w) < (T)0.5 ? a + w * (b - a) : b - (b - a) * ((T)1 - w);
+}
+template <typename T> __device__ __forceinline__ T lf_gelu(T x) {
+  return (T)0.5 * x * ((T)1 + lf_erf(x * (T)0.70710678118654752440));
+}
+template <typename T> __device__ __forceinline__ T lf_gelu_tanh(T x) {
+  const T inner = (T)0.79788456080286535588 * (x + (T)0.044715 * x * x * x);
+  return (T)0.5 * x * ((T)1 + lf_tanh(inner));
+}
+template <typename T> __device__ __forceinline__ T lf_gelu_backward(T g, T x) {
+  const T cdf = (T)0.5 * ((T)1 + lf_erf(x * (T)0.70710678118654752440));
+  const T pdf = lf_exp((T)-0.5 * x * x) * (T)0.39894228040143267794;
+  return g * (cdf + x * pdf);
+}
+template <typename T> __device__ __forceinline__ T lf_gelu_tanh_backward(T g, T x) {
+  const T k = (T)0.79788456080286535588;
+  const T inner = k * (x + (T)0.044715 * x * x * x);
+  const T t = lf_tanh(inner);
+  const T dinner = k * ((T)1 + (T)3 * (T)0.044715 * x * x);
+  return g * ((T)0.5 * ((T)1 + t) + (T)0.5 * x * ((T)1 - t * t) * dinner);
+}
+template <typename T> __device__ __forceinline__ T lf_silu_backward(T g, T x) {
+  const T s = (T)1 / ((T)1 + lf_exp(-x));
+  return g * s * ((T)1 + x * ((T)1 - s));
+}
+
+struct lf_sum_op {
+  template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return a + b; }
+};
+struct lf_max_op {
+  template <typename T> __device__ __forceinline__ T operator()(T a, T b) const {
+    return lf_maximum(a, b);
+  }
+};
+struct lf_min_op {
+  template <typename T> __device__ __forceinline__ T operator()(T a, T b) const {
+    return lf_minimum(a, b);
+  }
+};
+
+// Reduces across the block; every thread gets the result. Warps reduce with
+// shuffles, then one partial per warp goes through shared memory.
+template <typename T, typename Op>
+__device__ __forceinline__ T lf_block_reduce(T v, Op op, T* smem) {
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  }
+  const int warps = (blockDim.x + 31) >> 5;
+  if (warps == 1) return v;
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) smem[threadIdx.x >> 5] = v;
+  __syncthreads();
+  T out = smem[0];
+  for (int w = 1; w < warps; ++w) out = op(out, smem[w]);
+  return out;
+}
+)CUDA";
+
+}  // namespace
+
+const KernelDialect& CudaDialect() {
+  static const KernelDialect dialect{
+      "cuda",
+      "extern \"C\" __global__ ",
+      "threadIdx.x",
+      "blockIdx.x",
+      "blockDim.x",
+      "gridDim.x",
+      "__syncthreads()",
+      "__restrict__",
+      kCudaPrelude,
+  };
+  return dialect;
+}
+
+const char* StorageTypeName(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kFloat:
+      return "float";
+    case at::kDouble:
+      return "double";
+    case at::kHalf:
+      return "lf_half";
+    case at::kBFloat16:
+      return "lf_bf16";
+    case at::kBool:
+      return "bool";
+    case at::kByte:
+      return "unsigned char";
+    case at::kChar:
+      return "signed char";
+    case at::kShort:
+      return "short";
+    case at::kInt:
+      return "int";
+    case at::kLong:
+      return "long long";
+    default:
+      TORCH_CHECK(false, "lazyfuse: kernel codegen does not handle dtype ", dtype);
+  }
+}
+
+const char* RegisterTypeName(at::ScalarType dtype) {
+  return dtype == at::kHalf || dtype == at::kBFloat16 ? "float" : StorageTypeName(dtype);
+}
+
+std::string LoadConversion(at::ScalarType dtype, const std::string& stored) {
+  if (dtype == at::kHalf) {
+    return "lf_h2f(" + stored + ")";
+  }
+  if (dtype == at::kBFloat16) {
+    return "lf_bf2f(" + stored + ")";
+  }
+  return stored;
+}
+
+std::string StoreConversion(at::ScalarType dtype, const std::string& value) {
+  if (dtype == at::kHalf) {
+    return "lf_f2h(" + value + ")";
+  }
+  if (dtype == at::kBFloat16) {
+    return "lf_f2bf(" + value + ")";
+  }
+  return "(" + std::string(StorageTypeName(dtype)) + ")(" + value + ")";
+}
+
+std::string RoundToDtype(at::ScalarType dtype, const std::string& value) {
+  if (dtype == at::kHalf) {
+    return "lf_round_half(" + value + ")";
+  }
+  if (dtype == at::kBFloat16) {
+    return "lf_round_bf16(" + value + ")";
+  }
+  return value;
+}
+
+}  // namespace lazyfuse

@@ -1,0 +1,357 @@
+// Reduction kernels: one reduction (sum, mean, amax, amin, var, softmax,
+// log_softmax, layer_norm) with its pointwise prologue, computed at the
+// reduction's input index, and its epilogue. Each reduced row runs through
+// phases: loops over the row's columns that accumulate, each ending in a
+// reduction, then the row's results and the per-element outputs are written.
+// Rows whose reduced dims are innermost get a block each (warp shuffles and a
+// block reduction); other rows get a thread each with a serial loop.
+
+#include <ATen/Functions.h>
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <functional>
+#include <optional>
+
+#include "fusion/rules.h"
+#include "kernels/codegen.h"
+#include "kernels/writer.h"
+
+namespace lazyfuse {
+namespace {
+
+class ReductionKernel {
+ public:
+  ReductionKernel(const Program& program,
+                  const FusionGroup& group,
+                  const KernelSignature& signature,
+                  const KernelDialect& dialect,
+                  KernelSource& out)
+      : program_(program),
+        group_(group),
+        dialect_(dialect),
+        out_(out),
+        step_(program.steps[*group.reduction]),
+        rule_(*ReductionRuleFor(step_, program)),
+        idx_(out.index64 ? "long long" : "int"),
+        w_(program, group, signature, dialect, idx_) {
+    const auto& shape = group.domain;
+    std::vector<bool> reduced(shape.size(), false);
+    for (int64_t d : rule_.dims) {
+      reduced[d] = true;
+    }
+    for (size_t d = 0; d < shape.size(); ++d) {
+      (reduced[d] ? reduced_shape_ : kept_shape_).push_back(shape[d]);
+    }
+    rows_ = ShapeNumel(kept_shape_);
+    cols_ = ShapeNumel(reduced_shape_);
+    // Innermost: the reduced dims are the trailing ones, so a row is contiguous.
+    inner_ = !rule_.dims.empty() && rule_.dims.back() == static_cast<int64_t>(shape.size()) - 1 &&
+             rule_.dims.front() == static_cast<int64_t>(shape.size() - rule_.dims.size());
+    block_ = inner_ && cols_ >= 32;
+    const at::ScalarType in_dtype = program.buffers[step_.inputs[0]].dtype;
+    acc_ = in_dtype == at::kDouble ? "double" : "float";
+    reduction_index_ = *group.reduction;
+  }
+
+  std::string Body() {
+    out_.launch = block_ ? LaunchShape::kBlockPerRow : LaunchShape::kThreadPerRow;
+    out_.work_items = rows_;
+    out_.block_size = block_ ? BlockSize() : 128;
+    if (block_) {
+      w_.Line("__shared__ " + acc_ + " lf_smem[32];");
+      w_.Open("for (" + idx_ + " row = " + dialect_.block_index + "; row < " +
+              std::to_string(rows_) + "; row += " + dialect_.grid_size + ")");
+    } else {
+      w_.Open("for (" + idx_ + " row = (" + idx_ + ")" + dialect_.block_index + " * " +
+              dialect_.block_size + " + " + dialect_.thread_index + "; row < " +
+              std::to_string(rows_) + "; row += (" + idx_ + ")" + dialect_.grid_size + " * " +
+              dialect_.block_size + ")");
+    }
+    KernelIndex kept{kept_shape_, "row", {}};
+    row_dims_ = kept_shape_.empty() ? std::vector<std::string>{} : w_.Dims(kept);
+    EmitPhases();
+    w_.Close();
+    return w_.text();
+  }
+
+ private:
+  int BlockSize() const {
+    int size = 32;
+    while (size < 512 && size * 2 <= cols_) {
+      size *= 2;
+    }
+    return size;
+  }
+
+  // The reduction input's index for column `col` of the current row.
+  KernelIndex ElementIndex(const std::string& col) {
+    if (inner_) {
+      const std::string linear = w_.NewVar("p");
+      w_.Line("const " + idx_ + " " + linear + " = row * " + std::to_string(cols_) + " + " + col +
+              ";");
+      return KernelIndex{group_.domain, linear, {}};
+    }
+    KernelIndex within{reduced_shape_, col, {}};
+    const auto col_dims = w_.Dims(within);
+    KernelIndex index{group_.domain, "", {}};
+    size_t next_kept = 0;
+    size_t next_reduced = 0;
+    std::vector<bool> reduced(group_.domain.size(), false);
+    for (int64_t d : rule_.dims) {
+      reduced[d] = true;
+    }
+    for (size_t d = 0; d < group_.domain.size(); ++d) {
+      index.dims.push_back(reduced[d] ? col_dims[next_reduced++] : row_dims_[next_kept++]);
+    }
+    return index;
+  }
+
+  std::string ColumnLoop() const {
+    if (block_) {
+      return "for (" + idx_ + " c = " + dialect_.thread_index + "; c < " + std::to_string(cols_) +
+             "; c += " + dialect_.block_size + ")";
+    }
+    return "for (" + idx_ + " c = 0; c < " + std::to_string(cols_) + "; ++c)";
+  }
+
+  std::string Input(KernelIndex index) {
+    return "((" + acc_ + ")" + w_.Value(step_.inputs[0], std::move(index)) + ")";
+  }
+
+  // Runs one accumulation loop; `update` renders the new accumulator from the
+  // element's value. The last loop of the row also writes per-element outputs.
+  using Update = std::function<std::string(const std::string&, const std::string&)>;
+  std::string Accumulate(const std::string& init,
+                         const Update& update,
+                         const char* combine,
+                         bool last_loop) {
+    const std::string acc = update ? w_.NewVar("a") : std::string();
+    if (update) {
+      w_.Line(acc_ + " " + acc + " = " + init + ";");
+    }
+    w_.Open(ColumnLoop());
+    KernelIndex index = ElementIndex("c");
+    if (update) {
+      w_.Line(acc + " = " + update(acc, Input(index)) + ";");
+    }
+    if (last_loop) {
+      StoreElementOutputs(index);
+    }
+    w_.Close();
+    if (block_ && combine != nullptr) {
+      w_.Line(acc + " = lf_block_reduce(" + acc + ", " + combine + "(), lf_smem);");
+    }
+    return acc;
+  }
+
+  // The loop that writes per-element outputs when no phase loop remains.
+  void ElementLoop() {
+    Accumulate("0", nullptr, nullptr, /*last_loop=*/true);
+  }
+
+  bool IsRowLevel(BufferId id) const {
+    for (size_t s : group_.steps) {
+      const Step& step = program_.steps[s];
+      if (std::find(step.outputs.begin(), step.outputs.end(), id) == step.outputs.end()) {
+        continue;
+      }
+      if (s < reduction_index_) {
+        return false;  // prologue
+      }
+      if (s == reduction_index_) {
+        return !(WritesFullShape(rule_.kind) && id == step.outputs[0]);
+      }
+      return !WritesFullShape(rule_.kind);
+    }
+    return false;
+  }
+
+  void StoreElementOutputs(const KernelIndex& index) {
+    for (size_t k = 0; k < group_.outputs.size(); ++k) {
+      if (!IsRowLevel(group_.outputs[k])) {
+        w_.Store(k, index);
+      }
+    }
+  }
+
+  void StoreRowOutputs() {
+    bool any = false;
+    for (size_t k = 0; k < group_.outputs.size(); ++k) {
+      any = any || IsRowLevel(group_.outputs[k]);
+    }
+    if (!any) {
+      return;
+    }
+    // Row results: the reduction's own output, or layer norm's mean and rstd.
+    const size_t row_output = WritesFullShape(rule_.kind) ? 1 : 0;
+    TORCH_CHECK(row_output < step_.outputs.size(),
+                "lazyfuse: ",
+                step_.qualified_op(),
+                " has no per-row output");
+    const std::vector<int64_t>& shape = program_.buffers[step_.outputs[row_output]].sizes;
+    w_.Open(block_ ? std::string("if (") + dialect_.thread_index + " == 0)" : "if (true)");
+    for (size_t k = 0; k < group_.outputs.size(); ++k) {
+      if (IsRowLevel(group_.outputs[k])) {
+        w_.Store(k, KernelIndex{shape, "row", {}});
+      }
+    }
+    w_.Close();
+  }
+
+  std::string Result(size_t output, const std::string& value) {
+    const at::ScalarType dtype = program_.buffers[step_.outputs[output]].dtype;
+    const std::string type = RegisterTypeName(dtype);
+    const std::string var = w_.NewVar("r");
+    w_.Line("const " + type + " " + var + " = " +
+            RoundToDtype(dtype, "(" + type + ")(" + value + ")") + ";");
+    return var;
+  }
+
+  void EmitPhases() {
+    const std::string cols = "(" + acc_ + ")" + std::to_string(cols_);
+    const std::string neg_inf = acc_ == "double" ? "-LF_DINF" : "-LF_INF";
+    auto sum = [](const std::string& a, const std::string& x) { return a + " + " + x; };
+    auto max = [](const std::string& a, const std::string& x) {
+      return "lf_maximum(" + a + ", " + x + ")";
+    };
+    auto min = [](const std::string& a, const std::string& x) {
+      return "lf_minimum(" + a + ", " + x + ")";
+    };
+    switch (rule_.kind) {
+      case ReductionKind::kSum:
+      case ReductionKind::kMean: {
+        std::string acc = Accumulate("0", sum, "lf_sum_op", true);
+        if (rule_.kind == ReductionKind::kMean) {
+          acc = acc + " / " + cols;
+        }
+        w_.BindRegister(step_.outputs[0], Result(0, acc));
+        break;
+      }
+      case ReductionKind::kMax:
+      case ReductionKind::kMin: {
+        const bool is_max = rule_.kind == ReductionKind::kMax;
+        const std::string init = is_max ? neg_inf : neg_inf.substr(1);
+        const std::string acc =
+            Accumulate(init, is_max ? max : min, is_max ? "lf_max_op" : "lf_min_op", true);
+        w_.BindRegister(step_.outputs[0], Result(0, acc));
+        break;
+      }
+      case ReductionKind::kVar:
+      case ReductionKind::kLayerNorm: {
+        const std::string total = Accumulate("0", sum, "lf_sum_op", false);
+        const std::string mean = w_.NewVar("m");
+        w_.Line("const " + acc_ + " " + mean + " = " + total + " / " + cols + ";");
+        auto squared = [&](const std::string& a, const std::string& x) {
+          return a + " + (" + x + " - " + mean + ") * (" + x + " - " + mean + ")";
+        };
+        if (rule_.kind == ReductionKind::kVar) {
+          const std::string m2 = Accumulate("0", squared, "lf_sum_op", true);
+          std::string correction = "1";
+          const c10::IValue* has = step_.attr("has_correction");
+          if (has != nullptr && has->toBool()) {
+            correction = w_.Value(step_.inputs[1], KernelIndex{{}, "0", {}});
+          }
+          const std::string dof = w_.NewVar("d");
+          w_.Line(acc_ + " " + dof + " = " + cols + " - (" + acc_ + ")" + correction + ";");
+          w_.BindRegister(step_.outputs[0],
+                          Result(0, m2 + " / (" + dof + " > 0 ? " + dof + " : (" + acc_ + ")0)"));
+          break;
+        }
+        const std::string m2 = Accumulate("0", squared, "lf_sum_op", false);
+        const std::string rstd = w_.NewVar("s");
+        w_.Line("const " + acc_ + " " + rstd + " = lf_rsqrt(" + m2 + " / " + cols + " + (" + acc_ +
+                ")" + ConstantLiteral(at::scalar_tensor(rule_.eps, at::kDouble)) + ");");
+        w_.BindRegister(step_.outputs[1], Result(1, mean));
+        w_.BindRegister(step_.outputs[2], Result(2, rstd));
+        BindLayerNormOutput(mean, rstd);
+        ElementLoop();
+        break;
+      }
+      case ReductionKind::kSoftmax:
+      case ReductionKind::kLogSoftmax: {
+        const std::string top = Accumulate(neg_inf, max, "lf_max_op", false);
+        auto exp_sum = [&](const std::string& a, const std::string& x) {
+          return a + " + lf_exp(" + x + " - " + top + ")";
+        };
+        const std::string total = Accumulate("0", exp_sum, "lf_sum_op", false);
+        const bool log = rule_.kind == ReductionKind::kLogSoftmax;
+        const at::ScalarType dtype = program_.buffers[step_.outputs[0]].dtype;
+        w_.BindCustom(step_.outputs[0],
+                      [this, top, total, log, dtype](KernelWriter& w, KernelIndex index) {
+                        const std::string x = Input(std::move(index));
+                        const std::string expr = log ? x + " - " + top + " - lf_log(" + total + ")"
+                                                     : "lf_exp(" + x + " - " + top + ") / " + total;
+                        const std::string type = RegisterTypeName(dtype);
+                        const std::string var = w.NewVar("v");
+                        w.Line("const " + type + " " + var + " = " +
+                               RoundToDtype(dtype, "(" + type + ")(" + expr + ")") + ";");
+                        return var;
+                      });
+        ElementLoop();
+        break;
+      }
+    }
+    StoreRowOutputs();
+  }
+
+  void BindLayerNormOutput(const std::string& mean, const std::string& rstd) {
+    const at::ScalarType dtype = program_.buffers[step_.outputs[0]].dtype;
+    size_t next = 1;
+    const std::optional<BufferId> weight =
+        rule_.has_weight ? std::optional<BufferId>(step_.inputs[next++]) : std::nullopt;
+    const std::optional<BufferId> bias =
+        rule_.has_bias ? std::optional<BufferId>(step_.inputs[next++]) : std::nullopt;
+    w_.BindCustom(step_.outputs[0], [=](KernelWriter& w, KernelIndex index) {
+      std::string expr = "(" + Input(index) + " - " + mean + ") * " + rstd;
+      const auto& dims = w.Dims(index);
+      auto affine = [&](BufferId id) {
+        const auto& shape = program_.buffers[id].sizes;
+        KernelIndex at{shape, "", {}};
+        at.dims.assign(dims.end() - static_cast<std::ptrdiff_t>(shape.size()), dims.end());
+        return "(" + acc_ + ")" + w.Value(id, at);
+      };
+      if (weight) {
+        expr = "(" + expr + ") * " + affine(*weight);
+      }
+      if (bias) {
+        expr = "(" + expr + ") + " + affine(*bias);
+      }
+      const std::string type = RegisterTypeName(dtype);
+      const std::string var = w.NewVar("v");
+      w.Line("const " + type + " " + var + " = " +
+             RoundToDtype(dtype, "(" + type + ")(" + expr + ")") + ";");
+      return var;
+    });
+  }
+
+  const Program& program_;
+  const FusionGroup& group_;
+  const KernelDialect& dialect_;
+  KernelSource& out_;
+  const Step& step_;
+  ReductionRule rule_;
+  std::string idx_;
+  KernelWriter w_;
+  std::vector<int64_t> kept_shape_;
+  std::vector<int64_t> reduced_shape_;
+  std::vector<std::string> row_dims_;
+  int64_t rows_ = 0;
+  int64_t cols_ = 0;
+  bool inner_ = false;
+  bool block_ = false;
+  std::string acc_;
+  size_t reduction_index_ = 0;
+};
+
+}  // namespace
+
+std::string ReductionKernelBody(const Program& program,
+                                const FusionGroup& group,
+                                const KernelSignature& signature,
+                                const KernelDialect& dialect,
+                                KernelSource& out) {
+  return ReductionKernel(program, group, signature, dialect, out).Body();
+}
+
+}  // namespace lazyfuse

@@ -1,0 +1,55 @@
+#pragma once
+
+// What a rendered kernel depends on beyond its group, and what rendering
+// gives back: how each input is bound at launch (KernelSignature), and the
+// source with its launch shape (KernelSource).
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace lazyfuse {
+
+struct InputBinding {
+  enum class Kind {
+    kTensor,      // a device pointer, read at `strides`
+    kHostScalar,  // a 0-dim CPU value passed by value
+    kConstant,    // a program constant, written into the source
+  };
+  Kind kind = Kind::kTensor;
+  std::vector<int64_t> strides;  // kTensor
+  std::string literal;           // kConstant
+  bool aligned = true;           // kTensor: data pointer is 16-byte aligned
+
+  bool operator==(const InputBinding& other) const {
+    return kind == other.kind && strides == other.strides && literal == other.literal &&
+           aligned == other.aligned;
+  }
+};
+
+struct KernelSignature {
+  std::vector<InputBinding> inputs;  // one per FusionGroup::inputs entry
+
+  bool operator==(const KernelSignature& other) const {
+    return inputs == other.inputs;
+  }
+};
+
+enum class LaunchShape {
+  kElementwise,   // grid-stride over `work_items` elements (vectors when vector_width > 1)
+  kBlockPerRow,   // one block per reduced row, `block_size` threads
+  kThreadPerRow,  // one thread per reduced row
+};
+
+struct KernelSource {
+  std::string name;
+  std::string source;
+  std::vector<std::string> ops;  // qualified ATen ops fused into it, in order
+  LaunchShape launch = LaunchShape::kElementwise;
+  int64_t work_items = 0;
+  int vector_width = 1;
+  int block_size = 256;
+  bool index64 = false;
+};
+
+}  // namespace lazyfuse

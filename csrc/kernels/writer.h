@@ -1,0 +1,110 @@
+#pragma once
+
+// The expression side of the kernel renderer: given an index into a buffer,
+// writes the statements that compute that buffer's value there, walking back
+// through the group's pointwise steps and views to loads of its inputs.
+// Views become index arithmetic; equal (buffer, index) pairs are computed once
+// per scope.
+
+#include <functional>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "fusion/planner.h"
+#include "kernels/dialect.h"
+#include "kernels/signature.h"
+#include "program/program.h"
+
+namespace lazyfuse {
+
+// An index into a buffer of `shape`: its row-major linear position, one
+// expression per dim, or both. The missing form is derived on demand.
+struct KernelIndex {
+  std::vector<int64_t> shape;
+  std::string linear;
+  std::vector<std::string> dims;
+};
+
+int64_t ShapeNumel(const std::vector<int64_t>& shape);
+std::vector<int64_t> ContiguousStrides(const std::vector<int64_t>& shape);
+
+// The literal C++ spelling of a 0-dim constant (1.5, 2LL, true, inf, nan).
+std::string ConstantLiteral(const at::Tensor& value);
+
+class KernelWriter {
+ public:
+  KernelWriter(const Program& program,
+               const FusionGroup& group,
+               const KernelSignature& signature,
+               const KernelDialect& dialect,
+               std::string index_type);
+
+  // A name or literal holding buffer `id`'s register value at `index`.
+  std::string Value(BufferId id, KernelIndex index);
+  // Stores group output `output_slot` at `domain_index`; a buffer smaller
+  // than the domain (a broadcast) is stored only where the index is its own.
+  void Store(size_t output_slot, const KernelIndex& domain_index);
+
+  // A buffer whose value is computed elsewhere: a reduction's row result, or
+  // a callback rendering a full-shape reduction result at an index.
+  void BindRegister(BufferId id, std::string name);
+  void BindCustom(BufferId id, std::function<std::string(KernelWriter&, KernelIndex)> render);
+
+  // Within a vector loop: contiguous buffers indexed exactly by `linear_var`
+  // read and write element `lane` of per-buffer vector registers.
+  void SetVectorLane(std::string linear_var, std::string lane);
+  const std::set<size_t>& vector_inputs() const {
+    return vector_inputs_;
+  }
+  const std::set<size_t>& vector_outputs() const {
+    return vector_outputs_;
+  }
+
+  std::string Linear(KernelIndex& index);
+  const std::vector<std::string>& Dims(KernelIndex& index);
+  KernelIndex Broadcast(KernelIndex from, const std::vector<int64_t>& to_shape);
+
+  void Line(const std::string& text);
+  void Open(const std::string& header);
+  void Close();
+  std::string NewVar(const char* prefix);
+  const std::string& text() const {
+    return text_;
+  }
+  const std::string& index_type() const {
+    return index_type_;
+  }
+  const Program& program() const {
+    return program_;
+  }
+  bool IsContiguousInput(size_t slot) const;
+
+ private:
+  std::string Load(size_t slot, KernelIndex index);
+  std::string Compute(const Step& step, BufferId id, KernelIndex index);
+  std::string ViewValue(const Step& step, KernelIndex index);
+  std::string Lookup(const std::string& key) const;
+  void Remember(const std::string& key, const std::string& value);
+
+  const Program& program_;
+  const FusionGroup& group_;
+  const KernelSignature& signature_;
+  const KernelDialect& dialect_;
+  std::string index_type_;
+  std::unordered_map<BufferId, size_t> input_slot_;
+  std::unordered_map<BufferId, size_t> producer_step_;
+  std::unordered_map<BufferId, std::string> registers_;
+  std::unordered_map<BufferId, std::function<std::string(KernelWriter&, KernelIndex)>> custom_;
+  std::vector<std::unordered_map<std::string, std::string>> scopes_;
+  std::string text_;
+  int indent_ = 1;
+  int next_var_ = 0;
+  std::string vector_linear_;
+  std::string vector_lane_;
+  std::set<size_t> vector_inputs_;
+  std::set<size_t> vector_outputs_;
+};
+
+}  // namespace lazyfuse

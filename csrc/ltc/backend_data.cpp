@@ -1,0 +1,45 @@
+#include "ltc/backend_data.h"
+
+#include <ATen/EmptyTensor.h>
+#include <c10/util/Exception.h>
+
+#include <cstring>
+
+namespace lazyfuse {
+
+LazyFuseBackendData::LazyFuseBackendData(torch::lazy::BackendDevice device,
+                                         torch::lazy::Shape shape)
+    : torch::lazy::BackendData(std::move(device), std::move(shape)) {}
+
+LazyFuseBackendData::LazyFuseBackendData(torch::lazy::BackendDevice device,
+                                         torch::lazy::Shape shape,
+                                         at::Tensor value)
+    : torch::lazy::BackendData(std::move(device), std::move(shape)), value_(std::move(value)) {}
+
+void LazyFuseBackendData::Assign(const torch::lazy::BackendData& data) {
+  const auto* other = dynamic_cast<const LazyFuseBackendData*>(&data);
+  TORCH_CHECK(other != nullptr, "lazyfuse: cannot assign data from another LTC backend");
+  value_ = other->value_;
+}
+
+const at::Tensor& LazyFuseBackendData::tensor() const {
+  TORCH_CHECK(value_.defined(),
+              "lazyfuse: reading data of shape ",
+              shape().to_string(),
+              " before the graph that produces it has run");
+  return value_;
+}
+
+at::Tensor CopyHostScalar(const at::Tensor& scalar) {
+  TORCH_CHECK(scalar.dim() == 0 && scalar.is_cpu(), "lazyfuse: expected a 0-dim CPU tensor");
+  at::Tensor copy = at::detail::empty_cpu({}, scalar.scalar_type());
+  std::memcpy(copy.mutable_data_ptr(), scalar.const_data_ptr(), scalar.element_size());
+  copy.unsafeGetTensorImpl()->set_wrapped_number(scalar.unsafeGetTensorImpl()->is_wrapped_number());
+  return copy;
+}
+
+bool LazyFuseBackendData::is_host_scalar() const {
+  return value_.defined() && value_.dim() == 0 && value_.is_cpu();
+}
+
+}  // namespace lazyfuse

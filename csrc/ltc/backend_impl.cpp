@@ -1,0 +1,229 @@
+#include "ltc/backend_impl.h"
+
+#include <ATen/Functions.h>
+#include <c10/util/Exception.h>
+#include <torch/csrc/lazy/core/metrics.h>
+
+#include <mutex>
+
+#include "fusion/planner.h"
+#include "ltc/backend_data.h"
+#include "ltc/config.h"
+#include "ltc/device_data.h"
+#include "ops/ir_builder.h"
+#include "program/compile_log.h"
+#include "program/executor.h"
+#include "program/lowering_context.h"
+#include "runtime/cuda/fused_kernel.h"
+
+namespace lazyfuse {
+namespace {
+
+struct LazyFuseDeviceType : torch::lazy::BackendDeviceType {
+  explicit LazyFuseDeviceType(c10::DeviceType backing) {
+    type = static_cast<int8_t>(backing);
+  }
+  std::string toString() const override {
+    return c10::DeviceTypeName(static_cast<c10::DeviceType>(type));
+  }
+};
+
+std::mutex g_last_program_mutex;
+std::shared_ptr<const Program> g_last_program;
+std::vector<std::shared_ptr<FusedKernel>> g_last_kernels;
+
+const LazyFuseBackendData& AsLazyFuseData(const torch::lazy::BackendDataPtr& data) {
+  const auto* ours = dynamic_cast<const LazyFuseBackendData*>(data.get());
+  TORCH_CHECK(ours != nullptr, "lazyfuse: data belongs to another LTC backend");
+  return *ours;
+}
+
+class LazyFuseBackendImpl : public torch::lazy::BackendImplInterface {
+ public:
+  void PrepareToExit() const override {}
+
+  void SetRngSeed(size_t /*seed*/) const override {}
+
+  const torch::lazy::IrBuilder* GetIrBuilder() const override {
+    static const LazyFuseIrBuilder builder;
+    return &builder;
+  }
+
+  torch::lazy::BackendDataPtr MakeComputationDataFromTensor(
+      const at::Tensor& tensor,
+      const torch::lazy::Shape& shape,
+      const torch::lazy::BackendDevice& device) const override {
+    // 0-dim CPU values stay on the host (see LazyFuseBackendData); anything
+    // else is copied, so later writes to the source never leak into the graph.
+    const bool host_scalar = tensor.dim() == 0 && tensor.is_cpu();
+    at::Tensor value = host_scalar
+                           ? CopyHostScalar(tensor)
+                           : tensor.to(BackingDevice(), /*non_blocking=*/false, /*copy=*/true);
+    return std::make_shared<LazyFuseBackendData>(device, shape, std::move(value));
+  }
+
+  torch::lazy::BackendDataPtr MakeComputationDataFromScalar(
+      const at::Scalar& scalar, const torch::lazy::BackendDevice& device) const override {
+    at::Tensor value = at::scalar_tensor(scalar, at::TensorOptions().dtype(scalar.type()));
+    torch::lazy::Shape shape(value.scalar_type(), {});
+    return std::make_shared<LazyFuseBackendData>(device, std::move(shape), std::move(value));
+  }
+
+  torch::lazy::BackendDataPtr CreateDataPlaceholder(
+      const torch::lazy::BackendDevice& device, const torch::lazy::Shape& shape) const override {
+    return std::make_shared<LazyFuseBackendData>(device, shape);
+  }
+
+  torch::lazy::BackendDataPtr GetComputationDataFromNode(
+      const torch::lazy::Node* node) const override {
+    const DeviceData* device_data = DeviceData::Cast(node);
+    return device_data ? device_data->data() : nullptr;
+  }
+
+  at::Tensor MakeTensorFromComputationData(
+      const torch::lazy::BackendDataPtr data,
+      std::optional<at::ScalarType> logical_scalar_type) const override {
+    const at::Tensor& tensor = AsLazyFuseData(data).tensor();
+    if (logical_scalar_type && *logical_scalar_type != tensor.scalar_type()) {
+      return tensor.to(*logical_scalar_type);
+    }
+    return tensor;
+  }
+
+  std::unique_ptr<torch::lazy::LoweringContext> CreateLoweringContext(
+      const std::string& name,
+      torch::lazy::BackendDevice device,
+      c10::ArrayRef<const torch::lazy::Node*> post_order,
+      torch::lazy::Util::EmissionMap emit_status) const override {
+    return std::make_unique<LazyFuseLoweringContext>(
+        name, std::move(device), post_order, std::move(emit_status));
+  }
+
+  std::unique_ptr<torch::lazy::LoweringContext> CreateLoweringContext(
+      const std::string& name, torch::lazy::BackendDevice device) const override {
+    return std::make_unique<LazyFuseLoweringContext>(name, std::move(device));
+  }
+
+  std::vector<std::string> GetCompilationDevices(
+      const std::string& device, c10::ArrayRef<std::string> devices) const override {
+    return devices.empty() ? std::vector<std::string>{device} : devices.vec();
+  }
+
+  std::vector<torch::lazy::ComputationPtr> Compile(
+      std::vector<torch::lazy::ComputationPtr> instances) const override {
+    // Only the CUDA backing device turns fused groups into kernels; elsewhere
+    // lazyfuse.debug.fusion_plan() plans the last Program when asked.
+    const bool fuse = BackingDevice().is_cuda() && FusionEnabled();
+    for (auto& instance : instances) {
+      const auto* computation = dynamic_cast<const LazyFuseComputation*>(instance.get());
+      TORCH_CHECK(computation != nullptr, "lazyfuse: cannot compile a foreign computation");
+      const std::shared_ptr<const Program>& program = computation->program();
+      RecordCompile(*program,
+                    program->steps.size() + program->parameters.size() + program->constants.size());
+      std::vector<std::shared_ptr<FusedKernel>> kernels;
+      if (fuse) {
+        instance = std::make_shared<LazyFuseComputation>(std::make_shared<const Program>(
+            BuildFusedProgram(program, PlanFusion(*program), BackingDevice(), &kernels)));
+      }
+      std::lock_guard<std::mutex> lock(g_last_program_mutex);
+      g_last_program = program;
+      g_last_kernels = std::move(kernels);
+    }
+    TORCH_LAZY_COUNTER("LazyFuseCompiles", instances.size());
+    return instances;
+  }
+
+  std::vector<torch::lazy::BackendDataPtr> ExecuteComputation(
+      torch::lazy::ComputationPtr computation,
+      c10::ArrayRef<torch::lazy::BackendDataPtr> arguments,
+      const torch::lazy::BackendDevice& device) const override {
+    const auto* ours = dynamic_cast<const LazyFuseComputation*>(computation.get());
+    TORCH_CHECK(ours != nullptr, "lazyfuse: cannot execute a foreign computation");
+    const Program& program = *ours->program();
+    std::vector<at::Tensor> parameters;
+    parameters.reserve(arguments.size());
+    for (const auto& argument : arguments) {
+      parameters.push_back(AsLazyFuseData(argument).tensor());
+    }
+    std::vector<at::Tensor> outputs = RunProgram(program, std::move(parameters));
+    std::vector<torch::lazy::BackendDataPtr> results;
+    results.reserve(outputs.size());
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      const BufferInfo& info = program.buffers[program.results[i]];
+      results.push_back(std::make_shared<LazyFuseBackendData>(
+          device, torch::lazy::Shape(info.dtype, info.sizes), std::move(outputs[i])));
+    }
+    return results;
+  }
+
+  std::shared_ptr<torch::lazy::BackendDeviceType> GetDefaultDeviceType() const override {
+    return std::make_shared<LazyFuseDeviceType>(BackingDevice().type());
+  }
+
+  void SetDefaultDeviceType(int8_t /*type*/) override {
+    TORCH_CHECK(false, "lazyfuse: set the backing device with LAZYFUSE_DEVICE before import");
+  }
+
+  int64_t GetDefaultDeviceOrdinal() const override {
+    return default_ordinal_;
+  }
+
+  void SetDefaultDeviceOrdinal(int64_t ordinal) override {
+    default_ordinal_ = ordinal;
+  }
+
+  at::DeviceType EagerFallbackDeviceType() const override {
+    return BackingDevice().type();
+  }
+
+  std::vector<torch::lazy::BackendDevice> GetBackendDevices() const override {
+    return {torch::lazy::BackendDevice(GetDefaultDeviceType(), 0)};
+  }
+
+  torch::lazy::BackendDevice GetBackendDevice(c10::Device device) const override {
+    return torch::lazy::BackendDevice(GetDefaultDeviceType(),
+                                      device.has_index() ? device.index() : 0);
+  }
+
+  std::string GetComputationBackendText(
+      const torch::lazy::ComputationPtr computation) const override {
+    return computation->to_string();
+  }
+
+ private:
+  int64_t default_ordinal_ = 0;
+};
+
+}  // namespace
+
+torch::lazy::BackendImplInterface* GetLazyFuseBackendImpl() {
+  static LazyFuseBackendImpl* backend = new LazyFuseBackendImpl();
+  return backend;
+}
+
+std::shared_ptr<const Program> LastCompiledProgram() {
+  std::lock_guard<std::mutex> lock(g_last_program_mutex);
+  return g_last_program;
+}
+
+std::string LastFusionPlan() {
+  const std::shared_ptr<const Program> program = LastCompiledProgram();
+  return program ? PlanFusion(*program).ToString(*program) : std::string();
+}
+
+std::vector<KernelRecord> LastKernels() {
+  std::vector<std::shared_ptr<FusedKernel>> kernels;
+  {
+    std::lock_guard<std::mutex> lock(g_last_program_mutex);
+    kernels = g_last_kernels;
+  }
+  std::vector<KernelRecord> out;
+  for (const auto& kernel : kernels) {
+    for (auto& record : kernel->Records()) {
+      out.push_back(std::move(record));
+    }
+  }
+  return out;
+}
+
+}  // namespace lazyfuse

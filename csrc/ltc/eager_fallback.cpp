@@ -1,0 +1,154 @@
+#include "ltc/eager_fallback.h"
+
+#include <ATen/Functions.h>
+#include <c10/util/Exception.h>
+#include <torch/csrc/lazy/core/metrics.h>
+#include <torch/csrc/lazy/core/tensor.h>
+#include <torch/library.h>
+
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "ltc/config.h"
+
+namespace lazyfuse {
+namespace {
+
+void CountFallback(const c10::OperatorHandle& op) {
+  static std::mutex mutex;
+  static std::unordered_map<std::string, torch::lazy::Counter*> counters;
+  const std::string name = c10::toString(op.operator_name());
+  torch::lazy::Counter* counter = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = counters.find(name);
+    if (it == counters.end()) {
+      // "aten::<name>" is the key users look up; the first use also warns.
+      it = counters.emplace(name, new torch::lazy::Counter(name)).first;
+      TORCH_WARN("lazyfuse: ",
+                 name,
+                 " has no lazy lowering and runs eagerly on ",
+                 BackingDevice(),
+                 " (copy in, run, copy out). This splits the graph; see lazyfuse.metrics.");
+    }
+    counter = it->second;
+  }
+  counter->AddValue(1);
+}
+
+bool IsLazy(const at::Tensor& tensor) {
+  return tensor.defined() && tensor.device().type() == c10::kLazy;
+}
+
+at::Tensor ToBacking(const at::Tensor& tensor) {
+  return IsLazy(tensor) ? tensor.to(BackingDevice()) : tensor;
+}
+
+c10::Device LazyDeviceOf(const std::vector<c10::IValue>& arguments) {
+  for (const auto& value : arguments) {
+    if (value.isTensor() && IsLazy(value.toTensor())) {
+      return value.toTensor().device();
+    }
+    if (value.isTensorList()) {
+      for (const at::Tensor& t : value.toTensorList().vec()) {
+        if (IsLazy(t)) {
+          return t.device();
+        }
+      }
+    }
+  }
+  return c10::Device(c10::kLazy, 0);
+}
+
+}  // namespace
+
+void LazyFuseEagerFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  CountFallback(op);
+  const auto& schema = op.schema();
+  const size_t num_arguments = schema.arguments().size();
+  const auto arguments = torch::jit::last(stack, num_arguments).vec();
+  const size_t arguments_begin = stack->size() - num_arguments;
+  const c10::Device lazy_device = LazyDeviceOf(arguments);
+
+  // Copy in: each lazy argument becomes a tensor on the backing device.
+  std::vector<at::Tensor> backing_inputs(num_arguments);
+  for (size_t i = 0; i < num_arguments; ++i) {
+    const c10::IValue& value = arguments[i];
+    if (value.isTensor()) {
+      backing_inputs[i] = ToBacking(value.toTensor());
+      (*stack)[arguments_begin + i] = c10::IValue(backing_inputs[i]);
+    } else if (value.isTensorList()) {
+      std::vector<at::Tensor> list = value.toTensorList().vec();
+      for (auto& t : list) {
+        t = ToBacking(t);
+      }
+      (*stack)[arguments_begin + i] = c10::IValue(c10::List<at::Tensor>(list));
+    } else if (value.isOptionalTensorList()) {
+      auto list = value.toOptionalTensorList().vec();
+      for (auto& t : list) {
+        if (t.has_value()) {
+          t = ToBacking(*t);
+        }
+      }
+      (*stack)[arguments_begin + i] = c10::IValue(c10::List<std::optional<at::Tensor>>(list));
+    } else if (value.isDevice() && value.toDevice().type() == c10::kLazy) {
+      // Factory ops (randn(..., device="lazy")) are created on the backing device.
+      (*stack)[arguments_begin + i] = c10::IValue(BackingDevice());
+    }
+  }
+
+  op.callBoxed(stack);
+
+  // Write back: arguments the op mutated get their new value.
+  for (size_t i = 0; i < num_arguments; ++i) {
+    const auto* alias = schema.arguments()[i].alias_info();
+    if (alias != nullptr && alias->isWrite() && arguments[i].isTensor()) {
+      const at::Tensor& original = arguments[i].toTensor();
+      if (IsLazy(original)) {
+        at::_copy_from_and_resize(backing_inputs[i], original);
+      }
+    }
+  }
+
+  // Copy out: results become lazy tensors; results that alias a mutated
+  // argument are that argument itself.
+  const auto& returns = schema.returns();
+  const size_t returns_begin = stack->size() - returns.size();
+  for (size_t r = 0; r < returns.size(); ++r) {
+    c10::IValue& result = (*stack)[returns_begin + r];
+    const auto* alias = returns[r].alias_info();
+    if (alias != nullptr && alias->isWrite()) {
+      for (size_t i = 0; i < num_arguments; ++i) {
+        const auto* arg_alias = schema.arguments()[i].alias_info();
+        if (arg_alias != nullptr && *arg_alias == *alias) {
+          result = arguments[i];
+        }
+      }
+      continue;
+    }
+    TORCH_CHECK(alias == nullptr,
+                "lazyfuse: ",
+                schema.name(),
+                " returns a view of its input and has no lazy lowering; a view cannot fall back to "
+                "eager execution because writes through it would be lost");
+    if (result.isTensor()) {
+      const at::Tensor& t = result.toTensor();
+      result = c10::IValue(t.defined() ? t.to(lazy_device) : t);
+    } else if (result.isTensorList()) {
+      std::vector<at::Tensor> list = result.toTensorList().vec();
+      for (auto& t : list) {
+        t = t.to(lazy_device);
+      }
+      result = c10::IValue(c10::List<at::Tensor>(list));
+    }
+  }
+}
+
+void RegisterEagerFallback() {
+  static auto library = std::make_unique<torch::Library>(
+      torch::Library::IMPL, "_", c10::DispatchKey::Lazy, __FILE__, __LINE__);
+  library->fallback(torch::CppFunction::makeFromBoxedFunction<&LazyFuseEagerFallback>());
+}
+
+}  // namespace lazyfuse

@@ -1,0 +1,40 @@
+#pragma once
+
+// lazyfuse's LazyGraphExecutor: LTC's, with a graph hash that also covers how
+// nodes are wired to each other.
+
+#include <torch/csrc/lazy/core/lazy_graph_executor.h>
+
+namespace lazyfuse {
+
+// The hash of the graph this thread is syncing, as LTC's compile cache keys
+// it; set just before LTC looks the graph up, read by the compile log.
+torch::lazy::hash_t PendingGraphHash();
+
+class LazyFuseGraphExecutor : public torch::lazy::LazyGraphExecutor {
+ public:
+  // LTC swaps each synced tensor's IR for an output buffer before the graph
+  // runs. If the run fails (out of memory, a kernel error), those buffers
+  // stay empty and the tensors' values would be lost; this puts their IR
+  // back, clears the failure from the device, and rethrows, so the next
+  // mark_step recomputes them.
+  void SyncLiveTensorsGraph(const torch::lazy::BackendDevice* device,
+                            c10::ArrayRef<std::string> devices,
+                            bool wait) override;
+
+  // Ends the step for IR reuse too (see DeviceData::EndStep). Every caller
+  // syncs all live tensors first.
+  void MarkStep(const torch::lazy::BackendDevice& device) override;
+
+ protected:
+  // LTC hashes each root's DAG and the parameter sequence, but two nodes
+  // with equal hashes (same-shape DeviceData, or equal subgraphs) are
+  // interchangeable in that hash. When such nodes are also graph outputs,
+  // where(m, a, b) and where(m, b, a) get one hash and would share a cached
+  // Program that binds parameters differently. Folding every operand's
+  // post-order position into the hash removes the ambiguity.
+  PostOrderData RunPostOrder(const std::vector<torch::lazy::Value>& ir_values,
+                             SyncTensorCollection* coll) override;
+};
+
+}  // namespace lazyfuse

@@ -1,0 +1,47 @@
+#include "ltc/init.h"
+
+#include <c10/util/Exception.h>
+#include <torch/csrc/lazy/backend/backend_interface.h>
+#include <torch/csrc/lazy/core/config.h>
+#include <torch/csrc/lazy/core/lazy_graph_executor.h>
+
+#include <mutex>
+
+#include "ltc/backend_impl.h"
+#include "ltc/config.h"
+#include "ltc/eager_fallback.h"
+#include "ltc/graph_executor.h"
+
+namespace at {
+// Generated into RegisterLazy.cpp by torchgen (backend_name "LazyFuse").
+void RegisterLazyFuseLazyNativeFunctions();
+}  // namespace at
+
+namespace lazyfuse {
+
+void InitLazyFuseBackend() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    // Everything that can fail runs before the first registration, so a
+    // failure leaves the dispatcher untouched.
+    TORCH_CHECK(
+        !torch::lazy::hasBackend(),
+        "lazyfuse: another Lazy Tensor Core backend is already initialised in this process "
+        "(torch._lazy.ts_backend.init() was called). lazyfuse and the TorchScript lazy backend "
+        "cannot share a process; import lazyfuse in a fresh process instead.");
+    InitBackingDeviceFromEnv();
+    // LTC's device-data cache hands equal scalars one shared buffer. Graph
+    // parameters are deduplicated by buffer, so whether two scalars (a
+    // learning rate and a bias correction, say) happen to be equal would
+    // enter the graph hash and recompile the graph. Each scalar gets its own.
+    FLAGS_torch_lazy_enable_device_data_cache = false;
+    static torch::lazy::BackendRegistrar registrar(GetLazyFuseBackendImpl());
+    // Leaked on purpose: LTC may still call into it from exit-time teardown.
+    static auto* executor = new LazyFuseGraphExecutor();
+    torch::lazy::LazyGraphExecutor::Register(executor);
+    at::RegisterLazyFuseLazyNativeFunctions();
+    RegisterEagerFallback();
+  });
+}
+
+}  // namespace lazyfuse

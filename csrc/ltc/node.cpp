@@ -1,0 +1,72 @@
+#include "ltc/node.h"
+
+#include <c10/util/Exception.h>
+
+namespace lazyfuse {
+namespace {
+
+std::atomic<int64_t> g_created{0};
+
+}  // namespace
+
+LazyFuseNode::LazyFuseNode(torch::lazy::OpKind op,
+                           torch::lazy::OpList operands,
+                           std::vector<torch::lazy::Shape>&& shapes,
+                           size_t num_outputs,
+                           torch::lazy::hash_t hash_seed)
+    : torch::lazy::Node(std::move(op), operands, std::move(shapes), num_outputs) {
+  ComputeHash(hash_seed);
+}
+
+LazyFuseNode::LazyFuseNode(torch::lazy::OpKind op,
+                           torch::lazy::OpList operands,
+                           const std::function<torch::lazy::Shape()>& shape_fn,
+                           size_t num_outputs,
+                           torch::lazy::hash_t hash_seed)
+    : torch::lazy::Node(std::move(op), operands, num_outputs) {
+  addComputedShape(shape_fn);
+  ComputeHash(hash_seed);
+}
+
+LazyFuseNode::LazyFuseNode(torch::lazy::OpKind op,
+                           torch::lazy::OpList operands,
+                           torch::lazy::Shape shape,
+                           size_t num_outputs,
+                           torch::lazy::hash_t hash_seed)
+    : torch::lazy::Node(std::move(op), operands, num_outputs) {
+  shapes_.push_back(std::move(shape));
+  ComputeHash(hash_seed);
+}
+
+LazyFuseNode::~LazyFuseNode() = default;
+
+void LazyFuseNode::ComputeHash(torch::lazy::hash_t hash_seed) {
+  // Shapes are part of the hash: a graph compiled for one size must never be
+  // reused for another.
+  torch::lazy::hash_t h = torch::lazy::HashCombine(op().hash(), hash_seed);
+  for (const auto& shape : shapes_) {
+    h = torch::lazy::HashCombine(h, shape.hash(/*bakeInSizes=*/true));
+  }
+  for (const auto& operand : operands()) {
+    h = torch::lazy::HashCombine(h, operand.hash());
+    // Keeps IR reuse from recycling device data this new node reads. Only
+    // leaves track their readers, so inner operands skip the cast.
+    if (operand.node->operands().empty()) {
+      if (const auto* leaf = dynamic_cast<const LazyFuseNode*>(operand.node)) {
+        leaf->MarkUsed();
+      }
+    }
+  }
+  dag_hash_ = h;
+  g_created.fetch_add(1, std::memory_order_relaxed);
+}
+
+void LazyFuseNode::Lower(LazyFuseLoweringContext& /*ctx*/) const {
+  TORCH_CHECK(false, "lazyfuse: no lowering for IR node ", ToString());
+}
+
+int64_t LazyFuseNode::CreatedCount() {
+  return g_created.load(std::memory_order_relaxed);
+}
+
+}  // namespace lazyfuse

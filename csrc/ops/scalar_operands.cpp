@@ -1,0 +1,66 @@
+#include "ops/scalar_operands.h"
+
+#include <ATen/ScalarOps.h>
+#include <torch/csrc/lazy/backend/backend_interface.h>
+#include <torch/csrc/lazy/core/ir_builder.h>
+
+#include "ltc/backend_data.h"
+
+namespace lazyfuse {
+namespace {
+
+bool IsZeroOrOne(const at::Scalar& value) {
+  return value.equal(0) || value.equal(1);
+}
+
+// The value of a Python number (double, int64, bool or complex), read
+// without a dispatcher call.
+at::Scalar WrappedNumberValue(const at::Tensor& tensor) {
+  switch (tensor.scalar_type()) {
+    case at::kDouble:
+      return *tensor.const_data_ptr<double>();
+    case at::kLong:
+      return *tensor.const_data_ptr<int64_t>();
+    case at::kBool:
+      return *tensor.const_data_ptr<bool>();
+    default:
+      return tensor.item();
+  }
+}
+
+torch::lazy::Value HostScalarValue(at::Tensor host, const torch::lazy::BackendDevice& device) {
+  torch::lazy::Shape shape(host.scalar_type(), {});
+  auto data = std::make_shared<LazyFuseBackendData>(device, std::move(shape), std::move(host));
+  return torch::lazy::Value(torch::lazy::getIrBuilder()->MakeDeviceData(data), 0);
+}
+
+}  // namespace
+
+torch::lazy::Value ScalarIrValue(const at::Scalar& value,
+                                 const torch::lazy::BackendDevice& device) {
+  if (IsZeroOrOne(value)) {
+    return torch::lazy::Value(torch::lazy::getIrBuilder()->MakeScalar(value, value.type()), 0);
+  }
+  // Without the dispatcher: this runs once per scalar argument of every op.
+  return HostScalarValue(at::detail::scalar_tensor_static(value, value.type(), at::kCPU), device);
+}
+
+torch::lazy::LazyTensorPtr GetLtcTensorOrWrapNumber(const at::Tensor& tensor,
+                                                    const torch::lazy::BackendDevice& device) {
+  const bool wrapped = tensor.defined() && tensor.unsafeGetTensorImpl()->is_wrapped_number();
+  if (!tensor.defined() || !tensor.is_cpu() || !(wrapped || tensor.dim() == 0)) {
+    return torch::lazy::GetLtcTensorOrCreateForWrappedNumber(tensor, device);
+  }
+  if (wrapped) {
+    const at::Scalar value = WrappedNumberValue(tensor);
+    if (IsZeroOrOne(value)) {
+      return torch::lazy::LazyTensor::Create(
+          torch::lazy::Value(torch::lazy::getIrBuilder()->MakeScalar(value, tensor.scalar_type()),
+                             0),
+          device);
+    }
+  }
+  return torch::lazy::LazyTensor::Create(HostScalarValue(CopyHostScalar(tensor), device), device);
+}
+
+}  // namespace lazyfuse

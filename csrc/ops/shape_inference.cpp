@@ -1,0 +1,192 @@
+#include "ops/shape_inference.h"
+
+#include <ATen/ExpandUtils.h>
+#include <ATen/native/TypeProperties.h>
+
+namespace torch::lazy {
+namespace {
+
+at::Tensor OnMeta(const at::Tensor& tensor) {
+  return at::empty_strided(tensor.sizes(), tensor.strides(), tensor.options().device(at::kMeta));
+}
+
+Shape ShapeOf(const at::Tensor& tensor) {
+  return Shape(tensor.scalar_type(), tensor.sizes().vec());
+}
+
+}  // namespace
+
+std::vector<Shape> compute_shape_where(const at::Tensor& condition,
+                                       const at::Tensor& self,
+                                       const at::Tensor& other) {
+  TORCH_CHECK(condition.scalar_type() == at::kBool || condition.scalar_type() == at::kByte,
+              "where expected condition to be a boolean tensor, but got a tensor with dtype ",
+              condition.scalar_type());
+  auto sizes = at::infer_size(condition.sizes(), at::infer_size(self.sizes(), other.sizes()));
+  return {Shape(at::result_type(self, other), sizes)};
+}
+
+std::vector<Shape> compute_shape_fill(const at::Tensor& self, const at::Scalar& /*value*/) {
+  return {Shape(self.scalar_type(), self.sizes().vec())};
+}
+
+std::vector<Shape> compute_shape_mse_loss_backward(const at::Tensor& /*grad_output*/,
+                                                   const at::Tensor& self,
+                                                   const at::Tensor& /*target*/,
+                                                   int64_t /*reduction*/) {
+  return {Shape(self.scalar_type(), self.sizes().vec())};
+}
+
+// The backward of a view scatters the gradient into zeros of the input's shape.
+std::vector<Shape> compute_shape_select_backward(const at::Tensor& grad_output,
+                                                 at::IntArrayRef input_sizes,
+                                                 int64_t /*dim*/,
+                                                 int64_t /*index*/) {
+  return {Shape(grad_output.scalar_type(), input_sizes.vec())};
+}
+
+std::vector<Shape> compute_shape_slice_backward(const at::Tensor& grad_output,
+                                                at::IntArrayRef input_sizes,
+                                                int64_t /*dim*/,
+                                                int64_t /*start*/,
+                                                int64_t /*end*/,
+                                                int64_t /*step*/) {
+  return {Shape(grad_output.scalar_type(), input_sizes.vec())};
+}
+
+std::vector<Shape> compute_shape_hardtanh(const at::Tensor& self,
+                                          const at::Scalar& /*min_val*/,
+                                          const at::Scalar& /*max_val*/) {
+  return {ShapeOf(self)};
+}
+
+std::vector<Shape> compute_shape_hardtanh_backward(const at::Tensor& grad_output,
+                                                   const at::Tensor& /*self*/,
+                                                   const at::Scalar& /*min_val*/,
+                                                   const at::Scalar& /*max_val*/) {
+  return {ShapeOf(grad_output)};
+}
+
+// The composite kernels of these ops run on meta tensors, so the shape and
+// dtype rules (and their errors) are eager's own.
+std::vector<Shape> compute_shape_logsumexp(const at::Tensor& self,
+                                           at::IntArrayRef dim,
+                                           bool keepdim) {
+  return {ShapeOf(at::logsumexp(OnMeta(self), dim, keepdim))};
+}
+
+std::vector<Shape> compute_shape_prod(const at::Tensor& self, std::optional<at::ScalarType> dtype) {
+  return {ShapeOf(at::prod(OnMeta(self), dtype))};
+}
+
+std::vector<Shape> compute_shape_roll(const at::Tensor& self,
+                                      at::IntArrayRef shifts,
+                                      at::IntArrayRef dims) {
+  TORCH_CHECK(!shifts.empty(), "`shifts` required");
+  TORCH_CHECK(dims.empty() || shifts.size() == dims.size(),
+              "shifts and dimensions must align. shifts: ",
+              shifts.size(),
+              ", dims:",
+              dims.size());
+  return {ShapeOf(self)};
+}
+
+std::vector<Shape> compute_shape_var(const at::Tensor& self,
+                                     at::OptionalIntArrayRef dim,
+                                     const std::optional<at::Scalar>& correction,
+                                     bool keepdim) {
+  return {ShapeOf(at::var(OnMeta(self), dim, correction, keepdim))};
+}
+
+std::vector<Shape> compute_shape_as_strided_scatter(const at::Tensor& self,
+                                                    const at::Tensor& /*src*/,
+                                                    at::IntArrayRef /*size*/,
+                                                    at::IntArrayRef /*stride*/,
+                                                    std::optional<int64_t> /*storage_offset*/) {
+  return {ShapeOf(self)};
+}
+
+std::vector<Shape> compute_shape_native_group_norm(const at::Tensor& input,
+                                                   const std::optional<at::Tensor>& /*weight*/,
+                                                   const std::optional<at::Tensor>& /*bias*/,
+                                                   int64_t N,
+                                                   int64_t C,
+                                                   int64_t /*HxW*/,
+                                                   int64_t group,
+                                                   double /*eps*/) {
+  TORCH_CHECK(group > 0 && C % group == 0,
+              "Expected number of channels in input to be divisible by num_groups, but got input "
+              "of shape ",
+              input.sizes(),
+              " and num_groups=",
+              group);
+  // output, mean and rstd, the statistics one per (sample, group)
+  return {ShapeOf(input),
+          Shape(input.scalar_type(), {N, group}),
+          Shape(input.scalar_type(), {N, group})};
+}
+
+std::vector<Shape> compute_shape_native_group_norm_backward(
+    const at::Tensor& /*grad_out*/,
+    const at::Tensor& input,
+    const at::Tensor& /*mean*/,
+    const at::Tensor& /*rstd*/,
+    const std::optional<at::Tensor>& /*weight*/,
+    int64_t /*N*/,
+    int64_t C,
+    int64_t /*HxW*/,
+    int64_t /*group*/,
+    std::array<bool, 3> /*output_mask*/) {
+  return {ShapeOf(input), Shape(input.scalar_type(), {C}), Shape(input.scalar_type(), {C})};
+}
+
+std::vector<Shape> compute_shape_diagonal_backward(const at::Tensor& grad_output,
+                                                   at::IntArrayRef input_sizes,
+                                                   int64_t /*offset*/,
+                                                   int64_t /*dim1*/,
+                                                   int64_t /*dim2*/) {
+  return {Shape(grad_output.scalar_type(), input_sizes.vec())};
+}
+
+std::vector<Shape> compute_shape_unfold_backward(const at::Tensor& grad_in,
+                                                 at::IntArrayRef input_sizes,
+                                                 int64_t /*dim*/,
+                                                 int64_t /*size*/,
+                                                 int64_t /*step*/) {
+  return {Shape(grad_in.scalar_type(), input_sizes.vec())};
+}
+
+std::vector<Shape> compute_shape_logit(const at::Tensor& self, std::optional<double> /*eps*/) {
+  // Integer inputs compute in the default float type, as in eager.
+  const at::ScalarType dtype = at::isIntegralType(self.scalar_type(), /*includeBool=*/true)
+                                   ? at::typeMetaToScalarType(at::get_default_dtype())
+                                   : self.scalar_type();
+  return {Shape(dtype, self.sizes().vec())};
+}
+
+std::vector<Shape> compute_shape_dot(const at::Tensor& self, const at::Tensor& tensor) {
+  TORCH_CHECK(self.dim() == 1 && tensor.dim() == 1,
+              "1D tensors expected, but got ",
+              self.dim(),
+              "D and ",
+              tensor.dim(),
+              "D tensors");
+  TORCH_CHECK(self.scalar_type() == tensor.scalar_type(),
+              "dot : expected both vectors to have same dtype, but found ",
+              self.scalar_type(),
+              " and ",
+              tensor.scalar_type());
+  TORCH_CHECK(self.numel() == tensor.numel(),
+              "inconsistent tensor size, expected tensor [",
+              self.numel(),
+              "] and src [",
+              tensor.numel(),
+              "] to have the same number of elements, but got ",
+              self.numel(),
+              " and ",
+              tensor.numel(),
+              " elements respectively");
+  return {Shape(self.scalar_type(), {})};
+}
+
+}  // namespace torch::lazy

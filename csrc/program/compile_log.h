@@ -1,0 +1,29 @@
+#pragma once
+
+// Why graphs compile. Every uncached compile is recorded with its graph hash,
+// node count, the Python line that triggered it, and its cause: what changed
+// against the previous graph compiled from the same line (an input's shape
+// or dtype, or a node). LAZYFUSE_DEBUG=1 prints each record as it happens.
+
+#include <torch/csrc/lazy/core/hash.h>
+
+#include <string>
+#include <vector>
+
+#include "program/program.h"
+
+namespace lazyfuse {
+
+struct CompileRecord {
+  torch::lazy::hash_t hash;
+  size_t node_count = 0;
+  std::string call_site;
+  std::string cause;
+};
+
+void RecordCompile(const Program& program, size_t node_count);
+
+std::vector<CompileRecord> CompileLog();
+void ClearCompileLog();
+
+}  // namespace lazyfuse

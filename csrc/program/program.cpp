@@ -1,0 +1,219 @@
+#include "program/program.h"
+
+#include <c10/util/Exception.h>
+#include <c10/util/irange.h>
+
+#include <algorithm>
+#include <limits>
+#include <sstream>
+
+namespace lazyfuse {
+
+const char* StepKindName(StepKind kind) {
+  switch (kind) {
+    case StepKind::kPointwise:
+      return "pointwise";
+    case StepKind::kReduction:
+      return "reduction";
+    case StepKind::kView:
+      return "view";
+    case StepKind::kOpaque:
+      return "opaque";
+  }
+  return "unknown";
+}
+
+KernelArgs::KernelArgs(const std::vector<at::Tensor>& slots,
+                       const std::vector<BufferId>& inputs,
+                       const std::vector<uint32_t>& operand_arity,
+                       const char* op)
+    : slots_(slots), inputs_(inputs), operand_arity_(operand_arity), op_(op) {}
+
+const at::Tensor& KernelArgs::Next() {
+  TORCH_CHECK(next_input_ < inputs_.size(),
+              "lazyfuse: ",
+              op_,
+              ": lowering reads more inputs than the step has (",
+              inputs_.size(),
+              ")");
+  ++next_operand_;
+  return slots_[inputs_[next_input_++]];
+}
+
+const at::Tensor& KernelArgs::tensor() {
+  return Next();
+}
+
+std::optional<at::Tensor> KernelArgs::optional_tensor(bool present) {
+  if (!present) {
+    return std::nullopt;
+  }
+  return Next();
+}
+
+std::vector<at::Tensor> KernelArgs::tensor_list() {
+  TORCH_CHECK(next_operand_ < operand_arity_.size(),
+              "lazyfuse: ",
+              op_,
+              ": step has no tensor-list operand at position ",
+              next_operand_);
+  const uint32_t count = operand_arity_[next_operand_++];
+  std::vector<at::Tensor> list;
+  list.reserve(count);
+  for (uint32_t i = 0; i < count; ++i) {
+    list.push_back(slots_[inputs_[next_input_++]]);
+  }
+  return list;
+}
+
+at::Scalar KernelArgs::scalar() {
+  // Host scalars live on the CPU, so item() here never waits on a device.
+  return Next().item();
+}
+
+std::optional<at::Scalar> KernelArgs::optional_scalar(bool present) {
+  if (!present) {
+    return std::nullopt;
+  }
+  return scalar();
+}
+
+const c10::IValue* Step::attr(const std::string& name) const {
+  for (const auto& entry : attrs) {
+    if (entry.first == name) {
+      return &entry.second;
+    }
+  }
+  return nullptr;
+}
+
+std::string Step::qualified_op() const {
+  return overload.empty() ? op : op + "." + overload;
+}
+
+namespace {
+
+std::string FormatBuffer(const Program& program, BufferId id) {
+  const BufferInfo& info = program.buffers.at(id);
+  std::ostringstream out;
+  out << "%" << id << ":" << c10::toString(info.dtype) << "[";
+  for (const auto i : c10::irange(info.sizes.size())) {
+    out << (i ? "," : "") << info.sizes[i];
+  }
+  out << "]";
+  return out.str();
+}
+
+std::string FormatBufferList(const Program& program, const std::vector<BufferId>& ids) {
+  std::ostringstream out;
+  for (const auto i : c10::irange(ids.size())) {
+    out << (i ? ", " : "") << FormatBuffer(program, ids[i]);
+  }
+  return out.str();
+}
+
+}  // namespace
+
+std::string Program::ToString() const {
+  std::ostringstream out;
+  out << "program(" << buffers.size() << " buffers, " << steps.size() << " steps)\n";
+  for (const auto k : c10::irange(parameters.size())) {
+    out << "  param " << k << ": " << FormatBuffer(*this, parameters[k]) << "\n";
+  }
+  for (const auto& constant : constants) {
+    out << "  const: " << FormatBuffer(*this, constant.first) << " = ";
+    if (constant.second.numel() == 1) {
+      const at::Scalar value = constant.second.item();
+      if (value.isFloatingPoint()) {
+        out << value.toDouble();
+      } else if (value.isBoolean()) {
+        out << (value.toBool() ? "true" : "false");
+      } else {
+        out << value.toLong();
+      }
+    } else {
+      out << "<tensor>";
+    }
+    out << "\n";
+  }
+  for (const auto i : c10::irange(steps.size())) {
+    const Step& step = steps[i];
+    out << "  " << i << ": " << FormatBufferList(*this, step.outputs) << " = "
+        << step.qualified_op() << "(" << FormatBufferList(*this, step.inputs) << ") ["
+        << StepKindName(step.kind) << "]";
+    if (!release_after.empty() && !release_after[i].empty()) {
+      out << " frees";
+      for (BufferId id : release_after[i]) {
+        out << " %" << id;
+      }
+    }
+    out << "\n";
+  }
+  out << "  results: " << FormatBufferList(*this, results) << "\n";
+  return out.str();
+}
+
+BufferId ProgramBuilder::AddBuffer(at::ScalarType dtype, std::vector<int64_t> sizes) {
+  program_.buffers.push_back(BufferInfo{dtype, std::move(sizes)});
+  return static_cast<BufferId>(program_.buffers.size() - 1);
+}
+
+BufferId ProgramBuilder::AddParameter(at::ScalarType dtype, std::vector<int64_t> sizes) {
+  BufferId id = AddBuffer(dtype, std::move(sizes));
+  program_.parameters.push_back(id);
+  return id;
+}
+
+BufferId ProgramBuilder::AddConstant(at::Tensor value) {
+  BufferId id = AddBuffer(value.scalar_type(), value.sizes().vec());
+  program_.constants.emplace_back(id, std::move(value));
+  return id;
+}
+
+void ProgramBuilder::AddStep(Step step) {
+  for (BufferId id : step.inputs) {
+    TORCH_CHECK(id >= 0 && static_cast<size_t>(id) < program_.buffers.size(),
+                "lazyfuse: step ",
+                step.op,
+                " reads unknown buffer %",
+                id);
+  }
+  program_.steps.push_back(std::move(step));
+}
+
+size_t ProgramBuilder::AddResult(BufferId buffer) {
+  program_.results.push_back(buffer);
+  return program_.results.size() - 1;
+}
+
+void ComputeLifetimes(Program& p) {
+  constexpr int kNever = -1;
+  constexpr int kKeep = std::numeric_limits<int>::max();
+  // last_use[b]: index of the last step that reads or writes b.
+  std::vector<int> last_use(p.buffers.size(), kNever);
+  for (const auto i : c10::irange(p.steps.size())) {
+    for (BufferId id : p.steps[i].inputs) {
+      last_use[id] = static_cast<int>(i);
+    }
+    for (BufferId id : p.steps[i].outputs) {
+      last_use[id] = std::max(last_use[id], static_cast<int>(i));
+    }
+  }
+  for (BufferId id : p.results) {
+    last_use[id] = kKeep;
+  }
+  p.release_after.assign(p.steps.size(), {});
+  for (const auto id : c10::irange(p.buffers.size())) {
+    const int last = last_use[id];
+    if (last != kNever && last != kKeep) {
+      p.release_after[last].push_back(static_cast<BufferId>(id));
+    }
+  }
+}
+
+Program ProgramBuilder::Finish() {
+  ComputeLifetimes(program_);
+  return std::move(program_);
+}
+
+}  // namespace lazyfuse

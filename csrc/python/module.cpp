@@ -1,0 +1,172 @@
+// lazyfuse._C: the small native surface python/lazyfuse builds on.
+
+#include <torch/csrc/lazy/backend/backend_interface.h>
+#include <torch/csrc/lazy/core/ir_dump_util.h>
+#include <torch/csrc/lazy/core/lazy_graph_executor.h>
+#include <torch/csrc/lazy/core/metrics.h>
+#include <torch/csrc/lazy/core/tensor.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include "fusion/planner.h"
+#include "ltc/backend_impl.h"
+#include "ltc/config.h"
+#include "ltc/init.h"
+#include "ltc/node.h"
+#include "program/compile_log.h"
+#include "program/pending_graph.h"
+#include "runtime/cuda/aot_compile.h"
+#include "runtime/cuda/kernel_cache.h"
+
+namespace lazyfuse {
+namespace {
+
+torch::lazy::BackendDevice DefaultBackendDevice() {
+  return torch::lazy::getBackend()->GetBackendDevice(c10::Device(c10::kLazy, 0));
+}
+
+std::vector<const torch::lazy::Node*> RootsOf(const std::vector<at::Tensor>& tensors) {
+  std::vector<const torch::lazy::Node*> roots;
+  for (const at::Tensor& tensor : tensors) {
+    auto lazy = torch::lazy::TryGetLtcTensor(tensor);
+    TORCH_CHECK(lazy, "lazyfuse.debug: expected lazy tensors, got one on ", tensor.device());
+    torch::lazy::Value value = lazy->CurrentIrValue();
+    if (value) {
+      roots.push_back(value.node.get());
+    }
+  }
+  return roots;
+}
+
+// LazyGraphExecutor::MarkStep counts "MarkStep" itself.
+void MarkStep(bool wait) {
+  auto device = DefaultBackendDevice();
+  auto* executor = torch::lazy::LazyGraphExecutor::Get();
+  executor->SyncLiveTensorsGraph(&device, /*devices=*/{}, wait);
+  executor->MarkStep(device);
+}
+
+py::dict MetricSummary(const std::string& name) {
+  py::dict out;
+  torch::lazy::MetricData* data = torch::lazy::GetMetric(name);
+  if (data == nullptr) {
+    return out;
+  }
+  double accumulator = 0.0;
+  size_t total = 0;
+  auto samples = data->Samples(&accumulator, &total);
+  std::vector<double> values;
+  values.reserve(samples.size());
+  for (const auto& sample : samples) {
+    values.push_back(sample.value);
+  }
+  out["total_samples"] = total;
+  out["accumulator"] = accumulator;
+  out["samples"] = values;
+  return out;
+}
+
+}  // namespace
+}  // namespace lazyfuse
+
+PYBIND11_MODULE(_C, m) {
+  using namespace lazyfuse;
+  m.doc() = "lazyfuse native bindings; use the lazyfuse package instead";
+  m.def("_init", &InitLazyFuseBackend);
+  m.def("_mark_step", &MarkStep, py::arg("wait") = false, py::call_guard<py::gil_scoped_release>());
+  m.def(
+      "_wait_device_ops",
+      [] { torch::lazy::LazyGraphExecutor::Get()->WaitDeviceOps({}); },
+      py::call_guard<py::gil_scoped_release>());
+  m.def("_backing_device", [] { return BackingDevice().str(); });
+  m.def("_reuse_ir", &ReuseIrEnabled);
+  m.def("_set_reuse_ir", &SetReuseIr);
+  m.def("_counter_names", &torch::lazy::GetCounterNames);
+  m.def("_counter_value", [](const std::string& name) -> int64_t {
+    torch::lazy::CounterData* data = torch::lazy::GetCounter(name);
+    return data ? data->Value() : 0;
+  });
+  m.def("_metric_names", &torch::lazy::GetMetricNames);
+  m.def("_metric_summary", &MetricSummary);
+  m.def("_metrics_report", [] { return torch::lazy::CreateMetricReport(); });
+  m.def("_reset_metrics", [] {
+    torch::lazy::MetricsArena::Get()->ResetCounters();
+    torch::lazy::MetricsArena::Get()->ResetMetrics();
+  });
+  m.def("_ir_text", [](const std::vector<at::Tensor>& tensors) {
+    return torch::lazy::DumpUtil::ToText(RootsOf(tensors));
+  });
+  m.def("_ir_dot", [](const std::vector<at::Tensor>& tensors) {
+    return torch::lazy::DumpUtil::ToDot(RootsOf(tensors));
+  });
+  m.def("_last_program_text", []() -> std::string {
+    auto program = LastCompiledProgram();
+    return program ? program->ToString() : std::string();
+  });
+  m.def("_nodes_created", &LazyFuseNode::CreatedCount);
+  m.def("_compile_log", [] {
+    py::list out;
+    for (const auto& record : CompileLog()) {
+      py::dict entry;
+      entry["hash"] = torch::lazy::HashToString(record.hash);
+      entry["nodes"] = record.node_count;
+      entry["call_site"] = record.call_site;
+      entry["cause"] = record.cause;
+      out.append(entry);
+    }
+    return out;
+  });
+  m.def("_clear_compile_log", &ClearCompileLog);
+  m.def("_fusion_plan", [](const std::vector<at::Tensor>& tensors) {
+    const PendingGraph graph = LowerPendingGraph(tensors);
+    return PlanFusion(*graph.program).ToString(*graph.program);
+  });
+  m.def("_pending_program_text", [](const std::vector<at::Tensor>& tensors) {
+    return LowerPendingGraph(tensors).program->ToString();
+  });
+  m.def("_last_fusion_plan", &LastFusionPlan);
+  m.def("_last_kernels", [] {
+    py::list out;
+    for (const auto& record : LastKernels()) {
+      py::dict entry;
+      entry["name"] = record.name;
+      entry["ops"] = record.ops;
+      entry["source"] = record.source;
+      out.append(entry);
+    }
+    return out;
+  });
+  m.def(
+      "_compile_cuda",
+      [](const std::vector<at::Tensor>& tensors, const std::string& arch) {
+        const PendingGraph graph = LowerPendingGraph(tensors);
+        std::vector<KernelCompileRecord> records;
+        {
+          py::gil_scoped_release release;
+          records = CompileFusedKernels(*graph.program, graph.host_scalar_parameters, arch);
+        }
+        py::list out;
+        for (const auto& record : records) {
+          py::dict entry;
+          entry["name"] = record.name;
+          entry["ops"] = record.ops;
+          entry["source"] = record.source;
+          entry["target"] = record.target;
+          entry["compiled"] = record.compiled;
+          entry["log"] = record.log;
+          out.append(entry);
+        }
+        return out;
+      },
+      py::arg("tensors"),
+      py::arg("arch"));
+  m.def("_nvrtc", [] {
+    std::string where;
+    const bool found = NvrtcAvailable(&where);
+    py::dict out;
+    out["found"] = found;
+    out[found ? "path" : "error"] = where;
+    out["version"] = found ? cuda::NvrtcVersion() : std::string();
+    return out;
+  });
+  m.def("_kernel_cache_dir", &cuda::KernelCacheDir);
+}

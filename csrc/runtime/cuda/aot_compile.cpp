@@ -1,0 +1,58 @@
+#include "runtime/cuda/aot_compile.h"
+
+#include <c10/util/Exception.h>
+
+#include "fusion/planner.h"
+#include "kernels/codegen.h"
+#include "runtime/cuda/kernel_cache.h"
+#include "runtime/cuda/loader.h"
+
+namespace lazyfuse {
+
+bool NvrtcAvailable(std::string* where_or_why) {
+  std::string why;
+  const cuda::NvrtcApi* api = cuda::TryNvrtc(&why);
+  if (where_or_why != nullptr) {
+    *where_or_why = api != nullptr ? api->path : why;
+  }
+  return api != nullptr;
+}
+
+std::vector<KernelCompileRecord> CompileFusedKernels(
+    const Program& program,
+    const std::vector<bool>& host_scalar_parameters,
+    const std::string& arch) {
+  const int sm = cuda::ParseArch(arch);
+  std::string nvrtc;
+  const bool have_nvrtc = NvrtcAvailable(&nvrtc);
+  std::vector<KernelCompileRecord> records;
+  const FusionPlan plan = PlanFusion(program);
+  for (const FusionGroup& group : plan.groups) {
+    if (group.kind == GroupKind::kAten) {
+      continue;
+    }
+    const KernelSignature signature = PredictedSignature(program, group, host_scalar_parameters);
+    const KernelSource source = GenerateKernel(program, group, signature, CudaDialect());
+    KernelCompileRecord record;
+    record.name = source.name;
+    record.ops = source.ops;
+    record.source = source.source;
+    if (!have_nvrtc) {
+      record.log = nvrtc;
+      records.push_back(std::move(record));
+      continue;
+    }
+    try {
+      auto compiled = cuda::CompileKernel(source.source, source.name, sm);
+      record.compiled = true;
+      record.target = compiled->target;
+      record.log = compiled->log;
+    } catch (const c10::Error& error) {
+      record.log = error.what_without_backtrace();
+    }
+    records.push_back(std::move(record));
+  }
+  return records;
+}
+
+}  // namespace lazyfuse

@@ -1,0 +1,32 @@
+#pragma once
+
+// Ahead-of-time compilation of a graph's fused kernels for a named CUDA
+// architecture. Needs NVRTC but no GPU: nothing is launched. Compiled kernels
+// land in the kernel cache, so this also warms it.
+
+#include <string>
+#include <vector>
+
+#include "program/program.h"
+
+namespace lazyfuse {
+
+struct KernelCompileRecord {
+  std::string name;
+  std::vector<std::string> ops;
+  std::string source;
+  std::string target;  // what NVRTC compiled for: "sm_90", or "compute_XX" (PTX)
+  bool compiled = false;
+  std::string log;
+};
+
+// `host_scalar_parameters[k]` says whether parameter k is a 0-dim CPU value.
+std::vector<KernelCompileRecord> CompileFusedKernels(
+    const Program& program,
+    const std::vector<bool>& host_scalar_parameters,
+    const std::string& arch);
+
+// Whether libnvrtc loads, and from where (or why not).
+bool NvrtcAvailable(std::string* where_or_why);
+
+}  // namespace lazyfuse
