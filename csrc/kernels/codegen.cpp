@@ -63,18 +63,20 @@ bool NeedsIndex64(const Program& program,
 std::string Parameters(const Program& program,
                        const FusionGroup& group,
                        const KernelSignature& signature,
-                       const KernelDialect& dialect) {
+                       const KernelDialect& dialect,
+                       std::vector<std::string>& types) {
   std::vector<std::string> params;
   const std::string restrict_ = dialect.restrict_qualifier;
   for (size_t k = 0; k < group.inputs.size(); ++k) {
     const at::ScalarType dtype = program.buffers[group.inputs[k]].dtype;
     switch (signature.inputs[k].kind) {
       case InputBinding::Kind::kTensor:
-        params.push_back("const " + std::string(StorageTypeName(dtype)) + "* " + restrict_ + " in" +
-                         std::to_string(k));
+        types.push_back("const " + std::string(StorageTypeName(dtype)) + "*");
+        params.push_back(types.back() + " " + restrict_ + " in" + std::to_string(k));
         break;
       case InputBinding::Kind::kHostScalar:
-        params.push_back(std::string(RegisterTypeName(dtype)) + " s" + std::to_string(k));
+        types.push_back(RegisterTypeName(dtype));
+        params.push_back(types.back() + " s" + std::to_string(k));
         break;
       case InputBinding::Kind::kConstant:
         break;
@@ -82,8 +84,8 @@ std::string Parameters(const Program& program,
   }
   for (size_t k = 0; k < group.outputs.size(); ++k) {
     const at::ScalarType dtype = program.buffers[group.outputs[k]].dtype;
-    params.push_back(std::string(StorageTypeName(dtype)) + "* " + restrict_ + " out" +
-                     std::to_string(k));
+    types.push_back(std::string(StorageTypeName(dtype)) + "*");
+    params.push_back(types.back() + " " + restrict_ + " out" + std::to_string(k));
   }
   std::string joined;
   for (size_t i = 0; i < params.size(); ++i) {
@@ -192,8 +194,8 @@ class PointwiseKernel {
       const std::string name = "vi" + std::to_string(k);
       const int bytes = static_cast<int>(c10::elementSize(dtype)) * width;
       text += union_of(dtype, name);
-      text += "    " + name + ".v = *reinterpret_cast<const " + VectorTypeFor(bytes) + "*>(in" +
-              std::to_string(k) + " + base);\n";
+      text += "    " + name + ".v = lf_vload<" + VectorTypeFor(bytes) + ">(in" + std::to_string(k) +
+              " + base);\n";
     }
     for (size_t k : lane.vector_outputs()) {
       text += union_of(program_.buffers[group_.outputs[k]].dtype, "vo" + std::to_string(k));
@@ -202,8 +204,8 @@ class PointwiseKernel {
     for (size_t k : lane.vector_outputs()) {
       const at::ScalarType dtype = program_.buffers[group_.outputs[k]].dtype;
       const int bytes = static_cast<int>(c10::elementSize(dtype)) * width;
-      text += "    *reinterpret_cast<" + std::string(VectorTypeFor(bytes)) + "*>(out" +
-              std::to_string(k) + " + base) = vo" + std::to_string(k) + ".v;\n";
+      text +=
+          "    lf_vstore(out" + std::to_string(k) + " + base, vo" + std::to_string(k) + ".v);\n";
     }
     return text + "  }\n";
   }
@@ -275,8 +277,9 @@ KernelSource GenerateKernel(const Program& program,
     out.source += (i ? ", " : "") + out.ops[i];
   }
   out.source += "\n" + std::string(dialect.prelude) + kVectorTypes + "\n" + dialect.kernel_prefix +
-                "void " + out.name + "(" + Parameters(program, group, signature, dialect) +
-                ") {\n" + body + "}\n";
+                "void " + out.name + "(" +
+                Parameters(program, group, signature, dialect, out.parameter_types) + ") {\n" +
+                body + "}\n";
   return out;
 }
 

@@ -2,12 +2,15 @@
 
 #include <c10/util/Exception.h>
 
+#include <string>
+
 namespace lazyfuse {
 namespace {
 
 // NVRTC compiles with no system headers, so the prelude includes nothing:
-// half and bfloat16 conversions are written with PTX and bit operations.
-constexpr const char* kCudaPrelude = R"CUDA(
+// half conversions are PTX. Loads and stores go through lf_ld/lf_st and
+// lf_vload/lf_vstore so the emulated target can check each one.
+constexpr const char* kCudaTarget = R"CUDA(
 typedef unsigned short lf_half;
 typedef unsigned short lf_bf16;
 #define LF_INF (__int_as_float(0x7f800000))
@@ -23,6 +26,24 @@ __device__ __forceinline__ lf_half lf_f2h(float f) {
   asm("{ cvt.rn.f16.f32 %0, %1; }" : "=h"(h) : "f"(f));
   return h;
 }
+
+template <typename T, typename I> __device__ __forceinline__ T lf_ld(const T* p, I i) {
+  return p[i];
+}
+template <typename T, typename I, typename V> __device__ __forceinline__ void lf_st(T* p, I i, V v) {
+  p[i] = v;
+}
+template <typename V, typename T> __device__ __forceinline__ V lf_vload(const T* p) {
+  return *reinterpret_cast<const V*>(p);
+}
+template <typename V, typename T> __device__ __forceinline__ void lf_vstore(T* p, V v) {
+  *reinterpret_cast<V*>(p) = v;
+}
+)CUDA";
+
+// Written once for every target: each target's prelude defines CUDA's
+// built-ins (__float_as_uint, expf, __shfl_xor_sync, ...) these use.
+constexpr const char* kCommonHelpers = R"CUDA(
 __device__ __forceinline__ float lf_bf2f(lf_bf16 b) {
   return __uint_as_float(((unsigned int)b) << 16);
 }
@@ -144,7 +165,12 @@ __device__ __forceinline__ T lf_block_reduce(T v, Op op, T* smem) {
 
 }  // namespace
 
+const char* CommonKernelHelpers() {
+  return kCommonHelpers;
+}
+
 const KernelDialect& CudaDialect() {
+  static const std::string prelude = std::string(kCudaTarget) + kCommonHelpers;
   static const KernelDialect dialect{
       "cuda",
       "extern \"C\" __global__ ",
@@ -154,7 +180,7 @@ const KernelDialect& CudaDialect() {
       "gridDim.x",
       "__syncthreads()",
       "__restrict__",
-      kCudaPrelude,
+      prelude.c_str(),
   };
   return dialect;
 }

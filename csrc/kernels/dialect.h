@@ -2,8 +2,8 @@
 
 // The target-specific pieces of the C-style kernel renderer: qualifiers,
 // thread indices, shared memory and the helper prelude every kernel starts
-// with. The renderer (lazyfuse_kernel_codegen) writes everything else the
-// same way for every target.
+// with. The renderer (kernels/codegen) writes everything else the same way
+// for every target.
 
 #include <c10/core/ScalarType.h>
 
@@ -24,6 +24,11 @@ struct KernelDialect {
 };
 
 const KernelDialect& CudaDialect();
+// CUDA source run on the CPU: the CUDA dialect with a host prelude. Kernel
+// bodies are the CUDA dialect's, character for character.
+const KernelDialect& EmulatedCudaDialect();
+// The helpers every prelude ends with (math, reductions), target-neutral.
+const char* CommonKernelHelpers();
 
 // How a dtype is stored in memory and held in a register inside a kernel.
 const char* StorageTypeName(at::ScalarType dtype);

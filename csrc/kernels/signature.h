@@ -50,6 +50,9 @@ struct KernelSource {
   int vector_width = 1;
   int block_size = 256;
   bool index64 = false;
+  // The C type of each kernel parameter, in order, for launchers that call
+  // the kernel as a host function.
+  std::vector<std::string> parameter_types;
 };
 
 }  // namespace lazyfuse

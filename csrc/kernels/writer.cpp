@@ -296,7 +296,7 @@ std::string KernelWriter::Load(size_t slot, KernelIndex index) {
   }
   const std::string var = NewVar("v");
   Line("const " + reg + " " + var + " = " +
-       LoadConversion(info.dtype, "in" + std::to_string(slot) + "[" + offset + "]") + ";");
+       LoadConversion(info.dtype, "lf_ld(in" + std::to_string(slot) + ", " + offset + ")") + ";");
   return var;
 }
 
@@ -401,7 +401,8 @@ void KernelWriter::Store(size_t output_slot, const KernelIndex& domain_index) {
            "] = " + StoreConversion(info.dtype, value) + ";");
       return;
     }
-    Line(name + "[" + Linear(domain) + "] = " + StoreConversion(info.dtype, value) + ";");
+    Line("lf_st(" + name + ", " + Linear(domain) + ", " + StoreConversion(info.dtype, value) +
+         ");");
     return;
   }
   // A broadcast buffer: the domain visits each of its elements many times;
@@ -418,7 +419,7 @@ void KernelWriter::Store(size_t output_slot, const KernelIndex& domain_index) {
   KernelIndex own = Broadcast(domain, info.sizes);
   const std::string value = Value(id, own);
   const std::string store =
-      name + "[" + Linear(own) + "] = " + StoreConversion(info.dtype, value) + ";";
+      "lf_st(" + name + ", " + Linear(own) + ", " + StoreConversion(info.dtype, value) + ");";
   Line(guard.empty() ? store : "if (" + guard + ") " + store);
 }
 

@@ -14,7 +14,9 @@
 #include "program/compile_log.h"
 #include "program/executor.h"
 #include "program/lowering_context.h"
-#include "runtime/cuda/fused_kernel.h"
+#include "runtime/cuda/target.h"
+#include "runtime/emulated/target.h"
+#include "runtime/fused_kernel.h"
 
 namespace lazyfuse {
 namespace {
@@ -27,6 +29,18 @@ struct LazyFuseDeviceType : torch::lazy::BackendDeviceType {
     return c10::DeviceTypeName(static_cast<c10::DeviceType>(type));
   }
 };
+
+// The target fused kernels of a graph compiled now run on.
+std::shared_ptr<KernelTarget> KernelTargetNow() {
+  if (BackingDevice().is_cuda()) {
+    return MakeCudaTarget(BackingDevice());
+  }
+  const KernelSettings& settings = GetKernelSettings();
+  EmulationLimits limits;
+  limits.block = settings.emulated_block;
+  limits.grid = settings.emulated_grid;
+  return MakeEmulatedTarget(limits);
+}
 
 std::mutex g_last_program_mutex;
 std::shared_ptr<const Program> g_last_program;
@@ -111,9 +125,10 @@ class LazyFuseBackendImpl : public torch::lazy::BackendImplInterface {
 
   std::vector<torch::lazy::ComputationPtr> Compile(
       std::vector<torch::lazy::ComputationPtr> instances) const override {
-    // Only the CUDA backing device turns fused groups into kernels; elsewhere
-    // lazyfuse.debug.fusion_plan() plans the last Program when asked.
-    const bool fuse = BackingDevice().is_cuda() && FusionEnabled();
+    // Only the CUDA backing device, or the CPU emulating it, turns fused
+    // groups into kernels; elsewhere lazyfuse.debug.fusion_plan() plans the
+    // last Program when asked.
+    const bool fuse = FusedKernelsEnabled();
     for (auto& instance : instances) {
       const auto* computation = dynamic_cast<const LazyFuseComputation*>(instance.get());
       TORCH_CHECK(computation != nullptr, "lazyfuse: cannot compile a foreign computation");
@@ -122,8 +137,12 @@ class LazyFuseBackendImpl : public torch::lazy::BackendImplInterface {
                     program->steps.size() + program->parameters.size() + program->constants.size());
       std::vector<std::shared_ptr<FusedKernel>> kernels;
       if (fuse) {
-        instance = std::make_shared<LazyFuseComputation>(std::make_shared<const Program>(
-            BuildFusedProgram(program, PlanFusion(*program), BackingDevice(), &kernels)));
+        instance = std::make_shared<LazyFuseComputation>(
+            std::make_shared<const Program>(BuildFusedProgram(program,
+                                                              PlanFusion(*program),
+                                                              KernelTargetNow(),
+                                                              GetKernelSettings().strict,
+                                                              &kernels)));
       }
       std::lock_guard<std::mutex> lock(g_last_program_mutex);
       g_last_program = program;

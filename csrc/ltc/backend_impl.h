@@ -7,7 +7,7 @@
 #include <memory>
 
 #include "program/program.h"
-#include "runtime/cuda/fused_kernel.h"
+#include "runtime/fused_kernel.h"
 
 namespace lazyfuse {
 

@@ -19,4 +19,24 @@ void SetReuseIr(bool enabled);
 // which runs every step as its ATen call (for bisecting a wrong result).
 bool FusionEnabled();
 
+// How fused kernels run. LAZYFUSE_EMULATE_CUDA=1 runs them on the CPU backing
+// device as the same CUDA source, emulated (runtime/emulated), with
+// LAZYFUSE_EMULATE_BLOCK threads per block (default 32) and at most
+// LAZYFUSE_EMULATE_GRID blocks (default 3). LAZYFUSE_STRICT_KERNELS=1 makes a
+// kernel that fails to compile, load or launch an error instead of a
+// fallback to its ATen steps. Read at init; the setters serve tests.
+struct KernelSettings {
+  bool emulate_cuda = false;
+  int emulated_block = 32;
+  int emulated_grid = 3;
+  bool strict = false;
+};
+const KernelSettings& GetKernelSettings();
+void SetKernelSettings(const KernelSettings& settings);
+// Graphs compiled under different settings must not share a cache entry.
+uint64_t KernelSettingsHash();
+// Whether compiled graphs get fused kernels: on the CUDA backing device, or
+// on the CPU with emulation on.
+bool FusedKernelsEnabled();
+
 }  // namespace lazyfuse

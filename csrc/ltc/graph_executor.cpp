@@ -2,6 +2,7 @@
 
 #include <unordered_map>
 
+#include "ltc/config.h"
 #include "ltc/device_data.h"
 
 namespace lazyfuse {
@@ -70,6 +71,8 @@ torch::lazy::LazyGraphExecutor::PostOrderData LazyFuseGraphExecutor::RunPostOrde
   for (const auto& root : ir_values) {
     wiring = torch::lazy::HashCombine(wiring, position.at(root.node.get()) * 64 + root.index);
   }
+  // A graph compiled for another kernel target must not be served from the cache.
+  wiring = torch::lazy::HashCombine(wiring, KernelSettingsHash());
   coll->hash = wiring;
   // LTC adds the parameter sequence to the hash next; the compile log shows
   // the hash as LTC's cache will key it.

@@ -15,7 +15,9 @@
 #include "program/compile_log.h"
 #include "program/pending_graph.h"
 #include "runtime/cuda/aot_compile.h"
-#include "runtime/cuda/kernel_cache.h"
+#include "runtime/cuda/nvrtc.h"
+#include "runtime/emulated/target.h"
+#include "runtime/kernel_cache.h"
 
 namespace lazyfuse {
 namespace {
@@ -168,5 +170,36 @@ PYBIND11_MODULE(_C, m) {
     out["version"] = found ? cuda::NvrtcVersion() : std::string();
     return out;
   });
-  m.def("_kernel_cache_dir", &cuda::KernelCacheDir);
+  m.def("_kernel_cache_dir", &KernelCacheDir);
+  m.def("_kernel_settings", [] {
+    const KernelSettings& settings = GetKernelSettings();
+    std::string compiler;
+    const bool found = HostCompilerAvailable(&compiler);
+    py::dict out;
+    out["emulate_cuda"] = settings.emulate_cuda;
+    out["emulated_block"] = settings.emulated_block;
+    out["emulated_grid"] = settings.emulated_grid;
+    out["strict"] = settings.strict;
+    out[found ? "host_compiler" : "host_compiler_error"] = compiler;
+    return out;
+  });
+  m.def(
+      "_set_kernel_settings",
+      [](bool emulate_cuda, int emulated_block, int emulated_grid, bool strict) {
+        SetKernelSettings(KernelSettings{emulate_cuda, emulated_block, emulated_grid, strict});
+      },
+      py::arg("emulate_cuda"),
+      py::arg("emulated_block"),
+      py::arg("emulated_grid"),
+      py::arg("strict"));
+  m.def("_inject_kernel_faults", &InjectKernelFaultsForTesting);
+  m.def("_launch_emulated_source",
+        &LaunchEmulatedSource,
+        py::arg("source"),
+        py::arg("name"),
+        py::arg("inputs"),
+        py::arg("outputs"),
+        py::arg("grid"),
+        py::arg("block"),
+        py::call_guard<py::gil_scoped_release>());
 }

@@ -3,9 +3,20 @@
 The backing device is chosen once, at import, from ``LAZYFUSE_DEVICE``
 (``cpu`` or ``cuda``; unset means ``cuda`` when a GPU is present, otherwise
 ``cpu``). IR reuse (LTC's TrieCache) is on unless ``LAZYFUSE_REUSE_IR=0``.
+
+Fused kernels run on the CUDA backing device, or, with
+``LAZYFUSE_EMULATE_CUDA=1``, on the CPU as the same CUDA source under
+emulation (``LAZYFUSE_EMULATE_BLOCK`` threads per block, default 32, and at
+most ``LAZYFUSE_EMULATE_GRID`` blocks, default 3). ``LAZYFUSE_STRICT_KERNELS=1``
+makes a kernel that fails to compile, load or launch an error instead of a
+fallback to its ATen steps.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, replace
 
 import torch
 
@@ -25,3 +36,43 @@ def reuse_ir() -> bool:
 def set_reuse_ir(enabled: bool) -> None:
     """Turns IR reuse on or off for the rest of the process."""
     _C._set_reuse_ir(bool(enabled))
+
+
+@dataclass(frozen=True)
+class KernelSettings:
+    """How fused kernels run; see the module docstring."""
+
+    emulate_cuda: bool
+    emulated_block: int
+    emulated_grid: int
+    strict: bool
+
+
+def kernel_settings() -> KernelSettings:
+    """The fused-kernel settings in force."""
+    raw = _C._kernel_settings()
+    return KernelSettings(
+        emulate_cuda=bool(raw["emulate_cuda"]),
+        emulated_block=int(raw["emulated_block"]),
+        emulated_grid=int(raw["emulated_grid"]),
+        strict=bool(raw["strict"]),
+    )
+
+
+def set_kernel_settings(settings: KernelSettings) -> None:
+    """Applies `settings` to graphs compiled from now on. Graphs compiled under
+    other settings stay cached under those."""
+    _C._set_kernel_settings(**asdict(settings))
+
+
+@contextmanager
+def kernel_settings_as(**changes: object) -> Iterator[KernelSettings]:
+    """Runs a block under changed settings, e.g.
+    ``kernel_settings_as(emulate_cuda=True, emulated_block=128)``."""
+    before = kernel_settings()
+    after = replace(before, **changes)  # type: ignore[arg-type]
+    set_kernel_settings(after)
+    try:
+        yield after
+    finally:
+        set_kernel_settings(before)

@@ -103,3 +103,26 @@ def nvrtc_info() -> dict[str, object]:
 def kernel_cache_dir() -> str:
     """Returns the on-disk kernel cache directory, or "" when it is off."""
     return str(_C._kernel_cache_dir())
+
+
+def emulation() -> dict[str, object]:
+    """Whether fused kernels run under CUDA emulation on the CPU, with the
+    emulator's block and grid, strictness, and the host compiler it uses (or
+    why none was found)."""
+    return dict(_C._kernel_settings())
+
+
+def launch_emulated_source(
+    source: str,
+    name: str,
+    inputs: Sequence[torch.Tensor],
+    outputs: Sequence[torch.Tensor],
+    grid: int = 1,
+    block: int = 32,
+) -> None:
+    """Compiles a kernel the emulated dialect rendered (e.g. one from
+    ``last_kernels()``, edited) and runs it over CPU tensors, in parameter
+    order (0-dim inputs are host scalars). Raises what the emulator reports:
+    out-of-bounds reads and writes, misaligned vector accesses, barriers not
+    every thread reaches."""
+    _C._launch_emulated_source(source, name, list(inputs), list(outputs), grid, block)

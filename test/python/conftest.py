@@ -1,7 +1,14 @@
-import pytest
-import torch
+import os
+from collections.abc import Iterator
 
-import lazyfuse
+# Before lazyfuse reads its settings: in tests a fused kernel that fails to
+# compile, load or launch is an error, not a silent fallback to ATen.
+os.environ.setdefault("LAZYFUSE_STRICT_KERNELS", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+import lazyfuse  # noqa: E402
 
 
 @pytest.fixture
@@ -18,6 +25,23 @@ def _fresh_step():
     lazyfuse.mark_step()
 
 
+ON_CUDA = lazyfuse.config.backing_device().type == "cuda"
+HOST_COMPILER = "host_compiler" in lazyfuse.debug.emulation()
+NO_FUSED_KERNELS = "needs a CUDA GPU, or a host C++ compiler to emulate one"
+
+
+@pytest.fixture
+def fused_kernels() -> Iterator[None]:
+    """Fused kernels natively on a GPU; elsewhere under CUDA emulation. Strict,
+    so a kernel failure fails the test instead of falling back to ATen."""
+    if ON_CUDA:
+        with lazyfuse.config.kernel_settings_as(strict=True):
+            yield
+    else:
+        with lazyfuse.config.kernel_settings_as(emulate_cuda=True, strict=True):
+            yield
+
+
 def graphs_executed() -> int:
     return lazyfuse.metrics.counter_value(lazyfuse.metrics.GRAPHS_EXECUTED)
 
@@ -25,7 +49,8 @@ def graphs_executed() -> int:
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     import sys
 
-    module = sys.modules.get("test_opinfo")
-    line = module.opinfo_summary() if module else None
-    if line:
-        terminalreporter.write_line(line)
+    for name, summary in (("test_opinfo", "opinfo_summary"), ("test_fuzz", "fuzz_summary")):
+        module = sys.modules.get(name)
+        line = getattr(module, summary)() if module else None
+        if line:
+            terminalreporter.write_line(line)

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from fusion_graphs import GRAPHS, parse_plan
 
 import lazyfuse
+from fusion_graphs import GRAPHS, parse_plan
 
 ADAM_OPS = [
     "aten::zero",

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from fusion_graphs import GRAPHS
 
 import lazyfuse
+from fusion_graphs import GRAPHS
 
 GOLDEN = Path(__file__).parent / "golden"
 NVRTC = lazyfuse.debug.nvrtc_info()

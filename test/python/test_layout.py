@@ -71,7 +71,5 @@ def test_architecture_table_names_every_folder() -> None:
     text = ARCHITECTURE.read_text()
     table = text[text.index("| stage |") : text.index("\n\n", text.index("| stage |"))]
     named = set(re.findall(r"`csrc/([a-z_]+(?:/[a-z_]+)?)/`", table))
-    folders = {
-        p.relative_to(CSRC).parent.as_posix() for p in sources() if p.parent != CSRC
-    }
+    folders = {p.relative_to(CSRC).parent.as_posix() for p in sources() if p.parent != CSRC}
     assert named == folders, f"table names {sorted(named)}, csrc has {sorted(folders)}"

@@ -21,6 +21,7 @@ from torch.testing._internal.common_methods_invocations import op_db
 from torch.utils._pytree import tree_flatten, tree_map
 
 import lazyfuse
+from conftest import HOST_COMPILER, ON_CUDA
 
 # OpInfo (name, variant) entries lazyfuse claims to lower without fallback.
 CLAIMED: list[tuple[str, str]] = [
@@ -414,6 +415,53 @@ def test_opinfo(
     key = f"op:{op.name}{'.' + op.variant_test_name if op.variant_test_name else ''}"
     TALLY[key] += len(samples) - len(failures)
     assert not failures, f"{len(failures)}/{len(samples)} samples failed:\n" + "\n".join(failures)
+
+
+EMULATED_SAMPLES = 2
+# (name, variant) -> why its emulated run differs from eager.
+EMULATED_XFAIL: dict[tuple[str, str], str] = {
+    ("as_strided_scatter", ""): (
+        "the backward's as_strided_copy reads its input's storage beyond the input's "
+        "elements: an ATen step's output and a fused kernel's fresh one lay it out differently"
+    ),
+}
+
+
+def _emulated_cases() -> list[Any]:
+    """One dtype per claimed op, float32 where the op takes it."""
+    cases = []
+    for name, variant in CLAIMED:
+        op = opinfo_entry(name, variant)
+        supported = [d for d in DTYPES if d in op.supported_dtypes("cpu")]
+        if not supported:
+            continue
+        dtype = torch.float32 if torch.float32 in supported else supported[0]
+        if XFAIL.get((name, variant, dtype)) or XFAIL.get((name, variant, None)):
+            continue
+        reason = EMULATED_XFAIL.get((name, variant))
+        marks = [pytest.mark.xfail(reason=reason, strict=True)] if reason else []
+        test_id = f"{name}{'.' + variant if variant else ''}-{str(dtype).removeprefix('torch.')}"
+        cases.append(pytest.param(op, dtype, marks=marks, id=test_id))
+    return cases
+
+
+@pytest.mark.skipif(
+    ON_CUDA or not HOST_COMPILER,
+    reason="CUDA emulation needs the CPU backing device and a host C++ compiler",
+)
+@pytest.mark.parametrize(("op", "dtype"), _emulated_cases())
+def test_opinfo_emulated_cuda(op: Any, dtype: torch.dtype, lazy: torch.device) -> None:
+    """The first samples of each claimed op with its fused kernels run under
+    CUDA emulation: every op with a fusion rule runs as a generated kernel."""
+    grad = op.supports_autograd and dtype.is_floating_point
+    samples = list(op.sample_inputs("cpu", dtype, requires_grad=grad))
+    skip = SAMPLE_SKIPS.get((op.name, op.variant_test_name))
+    if skip:
+        samples = [sample for sample in samples if not skip[0](sample)]
+    with lazyfuse.config.kernel_settings_as(emulate_cuda=True, strict=True):
+        for index, sample in enumerate(samples[:EMULATED_SAMPLES]):
+            torch.manual_seed(index)
+            run_sample(op, sample, lazy)
 
 
 def opinfo_summary() -> str | None:

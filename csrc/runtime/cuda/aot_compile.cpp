@@ -4,8 +4,8 @@
 
 #include "fusion/planner.h"
 #include "kernels/codegen.h"
-#include "runtime/cuda/kernel_cache.h"
 #include "runtime/cuda/loader.h"
+#include "runtime/cuda/nvrtc.h"
 
 namespace lazyfuse {
 

@@ -5,7 +5,7 @@ extern "C" __global__ void lf_pointwise_mul_gelu_tanh_mul(const float* __restric
   for (int b = tid; b < n / 4; b += stride) {
     const int base = b * 4;
     union { lf_v16 v; float e[4]; } vi0;
-    vi0.v = *reinterpret_cast<const lf_v16*>(in0 + base);
+    vi0.v = lf_vload<lf_v16>(in0 + base);
     union { lf_v16 v; float e[4]; } vo0;
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
@@ -16,14 +16,14 @@ extern "C" __global__ void lf_pointwise_mul_gelu_tanh_mul(const float* __restric
     const float v3 = (float)(((float)v2) * ((float)vi0.e[j]));  // aten::mul.Tensor
     vo0.e[j] = (float)(v3);
   }
-    *reinterpret_cast<lf_v16*>(out0 + base) = vo0.v;
+    lf_vstore(out0 + base, vo0.v);
   }
   for (int i = n / 4 * 4 + tid; i < n; i += stride) {
-    const float v0 = in0[i];
+    const float v0 = lf_ld(in0, i);
     const float v1 = (float)(((float)v0) * ((float)s1));  // aten::mul.Tensor
     const float v2 = (float)(lf_gelu(((float)v1)));  // aten::gelu
     const float v3 = (float)(lf_tanh(((float)v2)));  // aten::tanh
     const float v4 = (float)(((float)v3) * ((float)v0));  // aten::mul.Tensor
-    out0[i] = (float)(v4);
+    lf_st(out0, i, (float)(v4));
   }
 }

@@ -11,24 +11,24 @@ extern "C" __global__ void lf_pointwise_tcopy_add_relu(const lf_half* __restrict
     const int x0 = (ij) / 16;
     const int x1 = ((ij)) % 16;
     const int l2 = x1 * 8 + x0;
-    const float v3 = lf_h2f(in0[l2]);
+    const float v3 = lf_h2f(lf_ld(in0, l2));
     const int l4 = x1;
-    const float v5 = lf_h2f(in1[l4]);
+    const float v5 = lf_h2f(lf_ld(in1, l4));
     const float v6 = lf_round_half((float)(((float)v3) + ((float)(1LL)) * ((float)v5)));  // aten::add.Tensor
     const float v7 = lf_round_half((float)(lf_relu(((float)v6))));  // aten::relu
     vo0.e[j] = lf_f2h(v7);
   }
-    *reinterpret_cast<lf_v16*>(out0 + base) = vo0.v;
+    lf_vstore(out0 + base, vo0.v);
   }
   for (int i = n / 8 * 8 + tid; i < n; i += stride) {
     const int x0 = (i) / 16;
     const int x1 = ((i)) % 16;
     const int l2 = x1 * 8 + x0;
-    const float v3 = lf_h2f(in0[l2]);
+    const float v3 = lf_h2f(lf_ld(in0, l2));
     const int l4 = x1;
-    const float v5 = lf_h2f(in1[l4]);
+    const float v5 = lf_h2f(lf_ld(in1, l4));
     const float v6 = lf_round_half((float)(((float)v3) + ((float)(1LL)) * ((float)v5)));  // aten::add.Tensor
     const float v7 = lf_round_half((float)(lf_relu(((float)v6))));  // aten::relu
-    out0[i] = lf_f2h(v7);
+    lf_st(out0, i, lf_f2h(v7));
   }
 }

@@ -1,80 +1,15 @@
-#include "runtime/cuda/fused_kernel.h"
+#include "runtime/fused_kernel.h"
 
-#include <ATen/Functions.h>
-#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/lazy/core/metrics.h>
 
 #include <algorithm>
-#include <unordered_map>
+#include <atomic>
 
 #include "kernels/writer.h"
-#include "runtime/cuda/kernel_cache.h"
-#include "runtime/cuda/loader.h"
 
 namespace lazyfuse {
 namespace {
-
-void CheckDriver(int status, const char* what) {
-  if (status == 0) {
-    return;
-  }
-  const char* message = nullptr;
-  cuda::Driver().cuGetErrorString(status, &message);
-  TORCH_CHECK(false,
-              "lazyfuse: ",
-              what,
-              " failed: ",
-              message != nullptr ? message : "unknown CUDA driver error",
-              " (",
-              status,
-              ")");
-}
-
-struct DeviceFacts {
-  int sm = 0;          // compute capability, e.g. 90
-  int processors = 0;  // streaming multiprocessors
-};
-
-// Binds torch's (primary) context to this thread; module loads and launches
-// need one, and a thread that has not touched CUDA through torch has none.
-const DeviceFacts& PrepareDevice(int index) {
-  static std::mutex mutex;
-  static std::unordered_map<int, DeviceFacts> facts;
-  const cuda::DriverApi& driver = cuda::Driver();
-  cuda::CUcontext context = nullptr;
-  CheckDriver(driver.cuCtxGetCurrent(&context), "cuCtxGetCurrent");
-  cuda::CUdevice device = 0;
-  CheckDriver(driver.cuDeviceGet(&device, index), "cuDeviceGet");
-  if (context == nullptr) {
-    CheckDriver(driver.cuDevicePrimaryCtxRetain(&context, device), "cuDevicePrimaryCtxRetain");
-    CheckDriver(driver.cuCtxSetCurrent(context), "cuCtxSetCurrent");
-  }
-  std::lock_guard<std::mutex> lock(mutex);
-  auto it = facts.find(index);
-  if (it == facts.end()) {
-    constexpr int kMultiprocessorCount = 16;
-    constexpr int kMajor = 75;
-    constexpr int kMinor = 76;
-    DeviceFacts f;
-    int major = 0;
-    int minor = 0;
-    CheckDriver(driver.cuDeviceGetAttribute(&f.processors, kMultiprocessorCount, device),
-                "cuDeviceGetAttribute");
-    CheckDriver(driver.cuDeviceGetAttribute(&major, kMajor, device), "cuDeviceGetAttribute");
-    CheckDriver(driver.cuDeviceGetAttribute(&minor, kMinor, device), "cuDeviceGetAttribute");
-    f.sm = major * 10 + minor;
-    it = facts.emplace(index, f).first;
-  }
-  return it->second;
-}
-
-int DeviceIndexOf(const c10::Device& device) {
-  if (device.has_index()) {
-    return device.index();
-  }
-  return c10::impl::getDeviceGuardImpl(c10::kCUDA)->getDevice().index();
-}
 
 // Kernel arguments by value: an 8-byte slot each, read at the C type of the
 // kernel parameter.
@@ -126,6 +61,8 @@ ArgSlot HostScalarSlot(const at::Tensor& value) {
   return slot;
 }
 
+std::atomic<bool> g_inject_faults{false};
+
 std::string FusedStepName(const Program& program, const FusionGroup& group) {
   std::string name = "lazyfuse::fused(";
   for (size_t i = 0; i < group.steps.size(); ++i) {
@@ -136,10 +73,34 @@ std::string FusedStepName(const Program& program, const FusionGroup& group) {
 
 }  // namespace
 
+LaunchConfig ComputeLaunch(const KernelSource& source, const LaunchLimits& limits) {
+  LaunchConfig config;
+  config.block = source.launch == LaunchShape::kElementwise ? 256 : source.block_size;
+  if (limits.block > 0) {
+    config.block = limits.block;
+  }
+  const int64_t processors = std::max(limits.processors, 1);
+  if (source.launch == LaunchShape::kBlockPerRow) {
+    config.grid = std::min<int64_t>(source.work_items, processors * 32);
+  } else {
+    config.grid =
+        std::min<int64_t>((source.work_items + config.block - 1) / config.block, processors * 8);
+  }
+  if (limits.max_grid > 0) {
+    config.grid = std::min<int64_t>(config.grid, limits.max_grid);
+  }
+  config.grid = std::max<int64_t>(config.grid, 1);
+  return config;
+}
+
 FusedKernel::FusedKernel(std::shared_ptr<const Program> program,
                          FusionGroup group,
-                         c10::Device device)
-    : program_(std::move(program)), group_(std::move(group)), device_(device) {
+                         std::shared_ptr<KernelTarget> target,
+                         bool strict)
+    : program_(std::move(program)),
+      group_(std::move(group)),
+      target_(std::move(target)),
+      strict_(strict) {
   for (BufferId id : group_.inputs) {
     constant_input_.push_back(std::any_of(program_->constants.begin(),
                                           program_->constants.end(),
@@ -149,6 +110,7 @@ FusedKernel::FusedKernel(std::shared_ptr<const Program> program,
 
 KernelSignature FusedKernel::Bind(const std::vector<at::Tensor>& inputs) const {
   KernelSignature signature;
+  const c10::DeviceType device_type = target_->device().type();
   for (size_t k = 0; k < inputs.size(); ++k) {
     const at::Tensor& tensor = inputs[k];
     const bool constant = constant_input_[k];
@@ -159,12 +121,14 @@ KernelSignature FusedKernel::Bind(const std::vector<at::Tensor>& inputs) const {
         binding.literal = ConstantLiteral(tensor);
       }
     } else {
-      TORCH_CHECK(tensor.is_cuda(),
+      TORCH_CHECK(tensor.device().type() == device_type,
                   "lazyfuse: fused kernel input ",
                   k,
                   " is on ",
                   tensor.device(),
-                  ", expected the CUDA backing device");
+                  ", expected the ",
+                  target_->dialect().name,
+                  " kernel target's device");
       binding.strides = tensor.strides().vec();
       binding.aligned = reinterpret_cast<uintptr_t>(tensor.data_ptr()) % 16 == 0;
     }
@@ -182,26 +146,24 @@ const FusedKernel::Variant& FusedKernel::VariantFor(const KernelSignature& signa
   }
   auto variant = std::make_unique<Variant>();
   variant->signature = signature;
-  variant->source = GenerateKernel(*program_, group_, signature, CudaDialect());
-  const DeviceFacts& facts = PrepareDevice(DeviceIndexOf(device_));
-  auto compiled = cuda::CompileKernel(variant->source.source, variant->source.name, facts.sm);
-  const cuda::DriverApi& driver = cuda::Driver();
-  cuda::CUmodule module = nullptr;
-  CheckDriver(driver.cuModuleLoadData(&module, compiled->binary.c_str()), "cuModuleLoadData");
-  CheckDriver(driver.cuModuleGetFunction(&variant->function, module, variant->source.name.c_str()),
-              "cuModuleGetFunction");
+  variant->source = GenerateKernel(*program_, group_, signature, target_->dialect());
+  variant->loaded = target_->Load(variant->source);
   variants_.push_back(std::move(variant));
   return *variants_.back();
 }
 
-std::vector<at::Tensor> FusedKernel::Run(const std::vector<at::Tensor>& inputs) {
+void InjectKernelFaultsForTesting(bool enabled) {
+  g_inject_faults = enabled;
+}
+
+std::vector<at::Tensor> FusedKernel::Launch(const std::vector<at::Tensor>& inputs) {
+  TORCH_CHECK(!g_inject_faults.load(), "injected kernel fault (InjectKernelFaultsForTesting)");
   const Variant& variant = VariantFor(Bind(inputs));
   const KernelSource& source = variant.source;
-  const c10::Device device(c10::kCUDA, static_cast<c10::DeviceIndex>(DeviceIndexOf(device_)));
   std::vector<at::Tensor> outputs;
   for (BufferId id : group_.outputs) {
     const BufferInfo& info = program_->buffers[id];
-    outputs.push_back(at::empty(info.sizes, at::TensorOptions().dtype(info.dtype).device(device)));
+    outputs.push_back(target_->NewOutput(info.sizes, info.dtype));
   }
   if (source.work_items == 0) {
     return outputs;
@@ -231,31 +193,64 @@ std::vector<at::Tensor> FusedKernel::Run(const std::vector<at::Tensor>& inputs) 
   for (ArgSlot& slot : slots) {
     params.push_back(&slot);
   }
-  const DeviceFacts& facts = PrepareDevice(device.index());
-  const int64_t block = source.launch == LaunchShape::kElementwise ? 256 : source.block_size;
-  int64_t grid = 0;
-  if (source.launch == LaunchShape::kBlockPerRow) {
-    grid = std::min<int64_t>(source.work_items, int64_t{facts.processors} * 32);
-  } else {
-    grid =
-        std::min<int64_t>((source.work_items + block - 1) / block, int64_t{facts.processors} * 8);
-  }
-  grid = std::max<int64_t>(grid, 1);
-  c10::Stream stream = c10::impl::getDeviceGuardImpl(c10::kCUDA)->getStream(device);
-  CheckDriver(cuda::Driver().cuLaunchKernel(variant.function,
-                                            static_cast<unsigned int>(grid),
-                                            1,
-                                            1,
-                                            static_cast<unsigned int>(block),
-                                            1,
-                                            1,
-                                            0,
-                                            stream.native_handle(),
-                                            params.data(),
-                                            nullptr),
-              "cuLaunchKernel");
+  const LaunchConfig config = ComputeLaunch(source, target_->limits());
+  target_->Launch(*variant.loaded, source, config, params.data(), LaunchTensors{inputs, outputs});
   TORCH_LAZY_COUNTER("LazyFuseKernelLaunches", 1);
   return outputs;
+}
+
+std::vector<at::Tensor> FusedKernel::RunAtenSteps(const std::vector<at::Tensor>& inputs) const {
+  std::vector<at::Tensor> slots(program_->buffers.size());
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    slots[group_.inputs[k]] = inputs[k];
+  }
+  for (size_t index : group_.steps) {
+    const Step& step = program_->steps[index];
+    KernelArgs args(slots, step.inputs, step.operand_arity, step.op.c_str());
+    std::vector<at::Tensor> outs = step.fn(args);
+    for (size_t j = 0; j < outs.size(); ++j) {
+      slots[step.outputs[j]] = std::move(outs[j]);
+    }
+  }
+  std::vector<at::Tensor> outputs;
+  for (BufferId id : group_.outputs) {
+    outputs.push_back(slots[id]);
+  }
+  return outputs;
+}
+
+std::vector<at::Tensor> FusedKernel::Run(const std::vector<at::Tensor>& inputs) {
+  try {
+    return Launch(inputs);
+  } catch (const c10::OutOfMemoryError&) {
+    throw;  // the ATen steps would need the same memory
+  } catch (const std::exception& error) {
+    std::string what = error.what();
+    what = what.substr(0, what.find("\nException raised from"));
+    const std::string name = FusedStepName(*program_, group_);
+    TORCH_CHECK(!strict_,
+                "lazyfuse: fused kernel ",
+                name,
+                " failed on the ",
+                target_->dialect().name,
+                " target: ",
+                what);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!warned_) {
+        warned_ = true;
+        TORCH_WARN("lazyfuse: fused kernel ",
+                   name,
+                   " failed on the ",
+                   target_->dialect().name,
+                   " target; its ATen steps run instead (slower, same values). ",
+                   "LAZYFUSE_STRICT_KERNELS=1 makes this an error. Cause: ",
+                   what);
+      }
+    }
+    TORCH_LAZY_COUNTER("LazyFuseKernelFallbacks", 1);
+    return RunAtenSteps(inputs);
+  }
 }
 
 std::vector<KernelRecord> FusedKernel::Records() const {
@@ -269,7 +264,8 @@ std::vector<KernelRecord> FusedKernel::Records() const {
 
 Program BuildFusedProgram(std::shared_ptr<const Program> program,
                           const FusionPlan& plan,
-                          c10::Device device,
+                          const std::shared_ptr<KernelTarget>& target,
+                          bool strict,
                           std::vector<std::shared_ptr<FusedKernel>>* kernels) {
   Program out;
   out.buffers = program->buffers;
@@ -281,7 +277,7 @@ Program BuildFusedProgram(std::shared_ptr<const Program> program,
       out.steps.push_back(program->steps[group.steps.front()]);
       continue;
     }
-    auto kernel = std::make_shared<FusedKernel>(program, group, device);
+    auto kernel = std::make_shared<FusedKernel>(program, group, target, strict);
     if (kernels != nullptr) {
       kernels->push_back(kernel);
     }

@@ -1,0 +1,269 @@
+#include "runtime/emulated/target.h"
+
+#include <ATen/Functions.h>
+#include <c10/util/Exception.h>
+#include <dlfcn.h>
+#include <torch/csrc/lazy/core/hash.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <unordered_map>
+
+#include "kernels/dialect.h"
+#include "runtime/emulated/host_compiler.h"
+#include "runtime/emulated/launcher.h"
+
+namespace lazyfuse {
+namespace {
+
+// Bytes before and after every output; a kernel that writes there is caught
+// after the launch. A multiple of 16 keeps outputs aligned for vectors.
+constexpr int64_t kGuardBytes = 64;
+constexpr unsigned char kGuardByte = 0xA5;
+
+// The entry point appended after the kernel: binds the thread's env and
+// calls the kernel with each argument read from its 8-byte slot.
+std::string Trampoline(const std::string& name, const std::vector<std::string>& types) {
+  std::string text = "\nextern \"C\" void " + std::string(kEmuEntryName) +
+                     "(const lf_emu_env* env, void** args) {\n  lf_env = env;\n";
+  for (size_t i = 0; i < types.size(); ++i) {
+    text += "  typedef " + types[i] + " lf_arg" + std::to_string(i) + ";\n";
+  }
+  text += "  " + name + "(";
+  for (size_t i = 0; i < types.size(); ++i) {
+    text += (i ? ", " : "") + std::string("*(lf_arg") + std::to_string(i) + "*)args[" +
+            std::to_string(i) + "]";
+  }
+  return text + ");\n}\n";
+}
+
+const emulated::HostCompiler& Compiler() {
+  std::string why;
+  const emulated::HostCompiler* compiler = emulated::FindHostCompiler(&why);
+  TORCH_CHECK(compiler != nullptr, "lazyfuse: CUDA emulation needs a host C++ compiler: ", why);
+  return *compiler;
+}
+
+class EmulatedKernel : public LoadedKernel {
+ public:
+  EmuEntry entry = nullptr;
+  std::string source_path;
+};
+
+// Loads a compiled library: it is written next to the kernel sources (dlopen
+// needs a file) and stays loaded for the life of the process.
+std::shared_ptr<EmulatedKernel> LoadLibrary(const std::string& full_source,
+                                            const std::string& name) {
+  static std::mutex mutex;
+  static std::unordered_map<std::string, std::shared_ptr<EmulatedKernel>> loaded;
+  const emulated::HostCompiler& compiler = Compiler();
+  auto compiled = CachedCompile(full_source, compiler.cache_key, [&] {
+    return emulated::CompileSharedLibrary(compiler, full_source, name);
+  });
+  const std::string hash = torch::lazy::HashToString(torch::lazy::Hash(compiled->binary)).substr(2);
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = loaded.find(hash);
+  if (it != loaded.end()) {
+    return it->second;
+  }
+  const std::string path = KernelScratchDir("emulated/lib") + "/" + hash + ".so";
+  if (::access(path.c_str(), R_OK) != 0) {
+    const std::string temp = path + ".tmp." + std::to_string(::getpid());
+    std::ofstream(temp, std::ios::binary)
+        .write(compiled->binary.data(), static_cast<std::streamsize>(compiled->binary.size()));
+    std::rename(temp.c_str(), path.c_str());
+  }
+  void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  TORCH_CHECK(handle != nullptr,
+              "lazyfuse: cannot load emulated kernel ",
+              name,
+              " from ",
+              path,
+              ": ",
+              ::dlerror());
+  auto kernel = std::make_shared<EmulatedKernel>();
+  kernel->entry = reinterpret_cast<EmuEntry>(::dlsym(handle, kEmuEntryName));
+  TORCH_CHECK(kernel->entry != nullptr, "lazyfuse: ", path, " has no ", kEmuEntryName);
+  kernel->source_path = SaveKernelSource(full_source, name, "emulated/src", ".cpp");
+  loaded.emplace(hash, kernel);
+  return kernel;
+}
+
+// The bytes a strided tensor's elements span.
+emulated::EmuBuffer Extent(const at::Tensor& tensor, bool writable, std::string name) {
+  emulated::EmuBuffer buffer;
+  buffer.writable = writable;
+  buffer.name = std::move(name);
+  if (tensor.numel() == 0) {
+    return buffer;
+  }
+  int64_t low = 0;
+  int64_t high = 0;
+  for (int64_t d = 0; d < tensor.dim(); ++d) {
+    const int64_t span = (tensor.size(d) - 1) * tensor.stride(d);
+    (span < 0 ? low : high) += span;
+  }
+  const auto base = reinterpret_cast<uintptr_t>(tensor.data_ptr());
+  const int64_t element = static_cast<int64_t>(tensor.element_size());
+  buffer.begin = base + low * element;
+  buffer.end = base + (high + 1) * element;
+  return buffer;
+}
+
+void RunChecked(const EmulatedKernel& kernel,
+                const std::string& name,
+                int64_t grid,
+                int64_t block,
+                void** params,
+                const std::vector<at::Tensor>& inputs,
+                const std::vector<at::Tensor>& outputs,
+                double timeout) {
+  emulated::EmuLaunch launch;
+  launch.entry = kernel.entry;
+  launch.kernel = name;
+  launch.source_path = kernel.source_path;
+  launch.grid = grid;
+  launch.block = block;
+  launch.params = params;
+  launch.barrier_timeout_seconds = timeout;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    // 0-dim inputs are host scalars or constants, passed by value.
+    if (inputs[k].dim() > 0) {
+      launch.buffers.push_back(Extent(inputs[k], false, "in" + std::to_string(k)));
+    }
+  }
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    launch.buffers.push_back(Extent(outputs[k], true, "out" + std::to_string(k)));
+  }
+  emulated::RunEmulatedLaunch(launch);
+}
+
+class EmulatedTarget : public KernelTarget {
+ public:
+  explicit EmulatedTarget(const EmulationLimits& limits) : limits_(limits) {}
+
+  const KernelDialect& dialect() const override {
+    return EmulatedCudaDialect();
+  }
+  c10::Device device() const override {
+    return c10::Device(c10::kCPU);
+  }
+  LaunchLimits limits() override {
+    LaunchLimits limits;
+    limits.processors = 1;
+    limits.block = limits_.block;
+    limits.max_grid = limits_.grid;
+    return limits;
+  }
+
+  std::shared_ptr<LoadedKernel> Load(const KernelSource& source) override {
+    return LoadLibrary(source.source + Trampoline(source.name, source.parameter_types),
+                       source.name);
+  }
+
+  at::Tensor NewOutput(const std::vector<int64_t>& sizes, at::ScalarType dtype) override {
+    int64_t numel = 1;
+    for (int64_t size : sizes) {
+      numel *= size;
+    }
+    const int64_t bytes = numel * static_cast<int64_t>(c10::elementSize(dtype));
+    at::Tensor raw = at::empty({bytes + 2 * kGuardBytes}, at::kByte);
+    std::memset(raw.data_ptr(), kGuardByte, static_cast<size_t>(bytes + 2 * kGuardBytes));
+    return raw.narrow(0, kGuardBytes, bytes).view(dtype).view(sizes);
+  }
+
+  void Launch(const LoadedKernel& kernel,
+              const KernelSource& source,
+              const LaunchConfig& config,
+              void** params,
+              const LaunchTensors& tensors) override {
+    const auto& emulated = static_cast<const EmulatedKernel&>(kernel);
+    RunChecked(emulated,
+               source.name,
+               config.grid,
+               config.block,
+               params,
+               tensors.inputs,
+               tensors.outputs,
+               limits_.barrier_timeout_seconds);
+    for (size_t k = 0; k < tensors.outputs.size(); ++k) {
+      CheckGuards(tensors.outputs[k], source.name, emulated.source_path, k);
+    }
+  }
+
+ private:
+  static void CheckGuards(const at::Tensor& output,
+                          const std::string& name,
+                          const std::string& path,
+                          size_t k) {
+    const auto* data = static_cast<const unsigned char*>(output.data_ptr());
+    const int64_t bytes = output.numel() * static_cast<int64_t>(output.element_size());
+    for (int64_t i = 1; i <= kGuardBytes; ++i) {
+      TORCH_CHECK(data[-i] == kGuardByte && data[bytes + i - 1] == kGuardByte,
+                  "lazyfuse: emulated kernel ",
+                  name,
+                  ": a write outside out",
+                  k,
+                  " (its guard bytes changed)\nsource: ",
+                  path);
+    }
+  }
+
+  EmulationLimits limits_;
+};
+
+}  // namespace
+
+std::shared_ptr<KernelTarget> MakeEmulatedTarget(const EmulationLimits& limits) {
+  return std::make_shared<EmulatedTarget>(limits);
+}
+
+bool HostCompilerAvailable(std::string* description_or_why) {
+  std::string why;
+  const emulated::HostCompiler* compiler = emulated::FindHostCompiler(&why);
+  if (description_or_why != nullptr) {
+    *description_or_why =
+        compiler != nullptr ? compiler->path + " (" + compiler->version + ")" : why;
+  }
+  return compiler != nullptr;
+}
+
+void LaunchEmulatedSource(const std::string& source,
+                          const std::string& name,
+                          const std::vector<at::Tensor>& inputs,
+                          const std::vector<at::Tensor>& outputs,
+                          int64_t grid,
+                          int64_t block) {
+  std::vector<std::string> types;
+  std::vector<uint64_t> slots;
+  for (const at::Tensor& input : inputs) {
+    TORCH_CHECK(input.is_cpu(), "lazyfuse: emulated kernels take CPU tensors");
+    if (input.dim() == 0) {
+      TORCH_CHECK(RegisterTypeName(input.scalar_type()) == StorageTypeName(input.scalar_type()),
+                  "lazyfuse: a ",
+                  input.scalar_type(),
+                  " host scalar is not supported here");
+      types.push_back(RegisterTypeName(input.scalar_type()));
+      uint64_t slot = 0;
+      std::memcpy(&slot, input.data_ptr(), input.element_size());
+      slots.push_back(slot);
+    } else {
+      types.push_back("const " + std::string(StorageTypeName(input.scalar_type())) + "*");
+      slots.push_back(reinterpret_cast<uint64_t>(input.data_ptr()));
+    }
+  }
+  for (const at::Tensor& output : outputs) {
+    types.push_back(std::string(StorageTypeName(output.scalar_type())) + "*");
+    slots.push_back(reinterpret_cast<uint64_t>(output.data_ptr()));
+  }
+  std::vector<void*> params;
+  for (uint64_t& slot : slots) {
+    params.push_back(&slot);
+  }
+  auto kernel = LoadLibrary(source + Trampoline(name, types), name);
+  RunChecked(*kernel, name, grid, block, params.data(), inputs, outputs, 30);
+}
+
+}  // namespace lazyfuse

@@ -1,0 +1,78 @@
+#pragma once
+
+// Runs fused groups on a KernelTarget. A FusedKernel owns one group of a
+// planned Program; at launch it binds the real tensors (strides, host
+// scalars, alignment) into a KernelSignature, renders and loads the kernel
+// for that signature once, allocates its outputs and launches it. A kernel
+// that fails to compile, load or launch runs the group's own ATen steps
+// instead, warned once and counted (LazyFuseKernelFallbacks), unless the
+// kernels are strict, when the failure raises.
+
+#include <c10/core/Device.h>
+
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "fusion/planner.h"
+#include "kernels/codegen.h"
+#include "runtime/target.h"
+
+namespace lazyfuse {
+
+struct KernelRecord {
+  std::string name;
+  std::vector<std::string> ops;
+  std::string source;
+};
+
+class FusedKernel {
+ public:
+  FusedKernel(std::shared_ptr<const Program> program,
+              FusionGroup group,
+              std::shared_ptr<KernelTarget> target,
+              bool strict);
+
+  std::vector<at::Tensor> Run(const std::vector<at::Tensor>& inputs);
+  // The kernels rendered so far, one per signature seen.
+  std::vector<KernelRecord> Records() const;
+  size_t input_count() const {
+    return group_.inputs.size();
+  }
+
+ private:
+  struct Variant {
+    KernelSignature signature;
+    KernelSource source;
+    std::shared_ptr<LoadedKernel> loaded;
+  };
+  const Variant& VariantFor(const KernelSignature& signature);
+  KernelSignature Bind(const std::vector<at::Tensor>& inputs) const;
+  std::vector<at::Tensor> Launch(const std::vector<at::Tensor>& inputs);
+  std::vector<at::Tensor> RunAtenSteps(const std::vector<at::Tensor>& inputs) const;
+
+  std::shared_ptr<const Program> program_;
+  FusionGroup group_;
+  std::shared_ptr<KernelTarget> target_;
+  bool strict_;
+  // Per input: whether it is a program constant (written into the source).
+  std::vector<bool> constant_input_;
+  mutable std::mutex mutex_;
+  std::vector<std::unique_ptr<Variant>> variants_;
+  bool warned_ = false;
+};
+
+// Makes every kernel launch from now on fail as a codegen bug would, so
+// tests can see the fallback and the strict error. Off by default.
+void InjectKernelFaultsForTesting(bool enabled);
+
+// The Program a kernel target runs: every fused group of `plan` becomes one
+// step that launches its kernel; ATen groups keep their step. `kernels`
+// receives the FusedKernel of each fused step, for debugging.
+Program BuildFusedProgram(std::shared_ptr<const Program> program,
+                          const FusionPlan& plan,
+                          const std::shared_ptr<KernelTarget>& target,
+                          bool strict,
+                          std::vector<std::shared_ptr<FusedKernel>>* kernels);
+
+}  // namespace lazyfuse

@@ -1,0 +1,170 @@
+#include "runtime/kernel_cache.h"
+
+#include <c10/util/Exception.h>
+#include <sys/stat.h>
+#include <torch/csrc/lazy/core/hash.h>
+#include <torch/csrc/lazy/core/metrics.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <random>
+#include <sstream>
+#include <unordered_map>
+
+namespace lazyfuse {
+namespace {
+
+constexpr char kMagic[4] = {'L', 'Z', 'F', 'K'};
+// 2: the checksum covers the format byte and the target name too.
+constexpr uint8_t kFormat = 2;
+constexpr size_t kHeader = 4 + 1 + 1 + 8 + 8;
+
+uint64_t Fnv1a(const std::string& data, uint64_t hash = 1469598103934665603ull) {
+  for (unsigned char c : data) {
+    hash = (hash ^ c) * 1099511628211ull;
+  }
+  return hash;
+}
+
+uint64_t EntryChecksum(const CompiledKernel& kernel) {
+  return Fnv1a(kernel.target, Fnv1a(kernel.binary, Fnv1a(kernel.cubin ? "c" : "p")));
+}
+
+std::shared_ptr<const CompiledKernel> ReadEntry(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return nullptr;
+  }
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  const std::string data = buffer.str();
+  if (data.size() < kHeader || std::memcmp(data.data(), kMagic, 4) != 0 ||
+      static_cast<uint8_t>(data[4]) != kFormat || static_cast<uint8_t>(data[5]) > 1) {
+    return nullptr;
+  }
+  uint64_t size = 0;
+  uint64_t checksum = 0;
+  std::memcpy(&size, data.data() + 6, 8);
+  std::memcpy(&checksum, data.data() + 14, 8);
+  if (data.size() - kHeader < size) {
+    return nullptr;
+  }
+  // The target name follows the payload.
+  auto entry = std::make_shared<CompiledKernel>();
+  entry->binary = data.substr(kHeader, size);
+  entry->target = data.substr(kHeader + size);
+  entry->cubin = data[5] == 0;
+  if (entry->target.empty() || EntryChecksum(*entry) != checksum) {
+    return nullptr;
+  }
+  return entry;
+}
+
+void WriteEntry(const std::string& path, const CompiledKernel& kernel) {
+  std::string data(kMagic, 4);
+  data.push_back(static_cast<char>(kFormat));
+  data.push_back(kernel.cubin ? 0 : 1);
+  const uint64_t size = kernel.binary.size();
+  const uint64_t checksum = EntryChecksum(kernel);
+  data.append(reinterpret_cast<const char*>(&size), 8);
+  data.append(reinterpret_cast<const char*>(&checksum), 8);
+  data += kernel.binary;
+  data += kernel.target;
+  std::random_device random;
+  const std::string temp =
+      path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(random());
+  {
+    std::ofstream out(temp, std::ios::binary);
+    out.write(data.data(), static_cast<std::streamsize>(data.size()));
+    if (!out) {
+      std::remove(temp.c_str());
+      return;  // a full or read-only disk only costs a recompile next time
+    }
+  }
+  if (std::rename(temp.c_str(), path.c_str()) != 0) {
+    std::remove(temp.c_str());
+  }
+}
+
+std::mutex g_cache_mutex;
+
+}  // namespace
+
+void MakeDirs(const std::string& path) {
+  for (size_t at = 1; at <= path.size(); ++at) {
+    if (at == path.size() || path[at] == '/') {
+      ::mkdir(path.substr(0, at).c_str(), 0755);
+    }
+  }
+}
+
+std::string KernelCacheDir() {
+  if (const char* env = std::getenv("LAZYFUSE_CACHE_DIR"); env != nullptr && *env != '\0') {
+    return std::string(env) == "0" ? std::string() : std::string(env);
+  }
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg != '\0') {
+    return std::string(xdg) + "/lazyfuse";
+  }
+  const char* home = std::getenv("HOME");
+  return home != nullptr ? std::string(home) + "/.cache/lazyfuse" : std::string();
+}
+
+std::string KernelScratchDir(const std::string& subdir) {
+  std::string dir = KernelCacheDir();
+  dir = (dir.empty() ? std::string("/tmp/lazyfuse-") + std::to_string(::getuid()) : dir) + "/" +
+        subdir;
+  MakeDirs(dir);
+  return dir;
+}
+
+std::string SaveKernelSource(const std::string& source,
+                             const std::string& name,
+                             const std::string& subdir,
+                             const std::string& extension) {
+  const std::string path = KernelScratchDir(subdir) + "/" + name + "_" +
+                           torch::lazy::HashToString(torch::lazy::Hash(source)).substr(2, 16) +
+                           extension;
+  std::ifstream existing(path);
+  if (!existing) {
+    std::ofstream(path) << source;
+  }
+  return path;
+}
+
+std::shared_ptr<const CompiledKernel> CachedCompile(
+    const std::string& source,
+    const std::string& compiler_key,
+    const std::function<CompiledKernel()>& compile) {
+  static auto* memory =
+      new std::unordered_map<std::string, std::shared_ptr<const CompiledKernel>>();
+  const std::string key =
+      torch::lazy::HashToString(torch::lazy::Hash(source)).substr(2) + "_" + compiler_key;
+  {
+    std::lock_guard<std::mutex> lock(g_cache_mutex);
+    auto it = memory->find(key);
+    if (it != memory->end()) {
+      return it->second;
+    }
+  }
+  const std::string dir = KernelCacheDir();
+  const std::string path = dir.empty() ? std::string() : dir + "/kernels/" + key + ".bin";
+  std::shared_ptr<const CompiledKernel> entry = path.empty() ? nullptr : ReadEntry(path);
+  if (entry) {
+    TORCH_LAZY_COUNTER("LazyFuseKernelsLoadedFromDisk", 1);
+  } else {
+    auto compiled = std::make_shared<CompiledKernel>(compile());
+    TORCH_LAZY_COUNTER("LazyFuseKernelsCompiled", 1);
+    if (!path.empty()) {
+      MakeDirs(dir + "/kernels");
+      WriteEntry(path, *compiled);
+    }
+    entry = std::move(compiled);
+  }
+  std::lock_guard<std::mutex> lock(g_cache_mutex);
+  return memory->emplace(key, entry).first->second;
+}
+
+}  // namespace lazyfuse

@@ -1,0 +1,66 @@
+#pragma once
+
+// Where fused kernels run. A KernelTarget compiles (through the kernel
+// cache), loads and launches rendered kernels on one kind of device: a CUDA
+// GPU (runtime/cuda), or the CPU running the same CUDA source under emulation
+// (runtime/emulated). Everything else on the way to a launch, binding,
+// parameter packing and the launch configuration, is shared (FusedKernel).
+
+#include <ATen/Tensor.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/dialect.h"
+#include "kernels/signature.h"
+
+namespace lazyfuse {
+
+// What the launch configuration depends on besides the kernel.
+struct LaunchLimits {
+  int processors = 1;  // streaming multiprocessors
+  int block = 0;       // threads per block; 0 keeps the kernel's own choice
+  int max_grid = 0;    // most blocks in a grid; 0 means no cap
+};
+
+struct LaunchConfig {
+  int64_t grid = 1;
+  int64_t block = 1;
+};
+
+LaunchConfig ComputeLaunch(const KernelSource& source, const LaunchLimits& limits);
+
+// A compiled kernel, loaded and ready to launch.
+class LoadedKernel {
+ public:
+  virtual ~LoadedKernel() = default;
+};
+
+// The tensors of one launch, for targets that check memory accesses.
+struct LaunchTensors {
+  const std::vector<at::Tensor>& inputs;  // host scalars and constants included
+  const std::vector<at::Tensor>& outputs;
+};
+
+class KernelTarget {
+ public:
+  virtual ~KernelTarget() = default;
+
+  virtual const KernelDialect& dialect() const = 0;
+  virtual c10::Device device() const = 0;
+  virtual LaunchLimits limits() = 0;
+
+  // Compiles (or finds in the kernel cache) and loads `source`.
+  virtual std::shared_ptr<LoadedKernel> Load(const KernelSource& source) = 0;
+  // An output buffer of the kernel; uninitialised.
+  virtual at::Tensor NewOutput(const std::vector<int64_t>& sizes, at::ScalarType dtype) = 0;
+  // `params` points at one 8-byte slot per kernel parameter, in order.
+  virtual void Launch(const LoadedKernel& kernel,
+                      const KernelSource& source,
+                      const LaunchConfig& config,
+                      void** params,
+                      const LaunchTensors& tensors) = 0;
+};
+
+}  // namespace lazyfuse
