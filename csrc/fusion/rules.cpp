@@ -42,7 +42,7 @@ const std::unordered_map<std::string, Entry>& PointwiseTable() {
       {"aten::clamp_max", {"lf_clamp_max($0, $1)"}},
       {"aten::clamp_min.Tensor", {"lf_clamp_min($0, $1)"}},
       {"aten::clamp_max.Tensor", {"lf_clamp_max($0, $1)"}},
-      {"aten::pow.Tensor_Scalar", {"lf_pow($0, $1)", TypeFrom::kOutput, true}},
+      {"aten::pow.Tensor_Scalar", {"lf_pow_scalar($0, $1)", TypeFrom::kOutput, true}},
       {"aten::pow.Tensor_Tensor", {"lf_pow($0, $1)", TypeFrom::kOutput, true}},
       {"aten::sign", {"lf_sign($0)"}},
       {"aten::sgn", {"lf_sign($0)"}},
@@ -207,6 +207,31 @@ bool IsFusibleDtype(at::ScalarType dtype) {
   }
 }
 
+namespace {
+
+// ATen's type promotion (c10 ResultTypeState): operands with dims promote
+// among themselves; 0-dim operands (host scalars) join only when their
+// category (bool < integral < floating) is higher, so `int_tensor >= 0.5`
+// compares in floating point, and `half_tensor * 2.0` stays half.
+std::optional<at::ScalarType> PromotedInputType(const Step& step, const Program& program) {
+  std::optional<at::ScalarType> dims;
+  std::optional<at::ScalarType> zero_dim;
+  for (BufferId id : step.inputs) {
+    const BufferInfo& info = program.buffers[id];
+    auto& slot = info.sizes.empty() ? zero_dim : dims;
+    slot = slot ? c10::promoteTypes(*slot, info.dtype) : info.dtype;
+  }
+  if (!dims || !zero_dim) {
+    return dims ? dims : zero_dim;
+  }
+  auto category = [](at::ScalarType t) {
+    return at::isFloatingType(t) ? 2 : (t == at::kBool ? 0 : 1);
+  };
+  return category(*zero_dim) > category(*dims) ? c10::promoteTypes(*dims, *zero_dim) : *dims;
+}
+
+}  // namespace
+
 std::optional<PointwiseRule> PointwiseRuleFor(const Step& step, const Program& program) {
   if (step.outputs.size() != 1 || !AllFusibleDtypes(step, program)) {
     return std::nullopt;
@@ -244,7 +269,7 @@ std::optional<PointwiseRule> PointwiseRuleFor(const Step& step, const Program& p
       return std::nullopt;
     }
     const std::string& how = mode->toStringRef();
-    return PointwiseRule{how == "floor" ? "lf_floor($0 / $1)" : "lf_trunc($0 / $1)",
+    return PointwiseRule{how == "floor" ? "lf_div_floor($0, $1)" : "lf_trunc($0 / $1)",
                          OpMathType(out)};
   }
   const auto& table = PointwiseTable();
@@ -255,19 +280,7 @@ std::optional<PointwiseRule> PointwiseRuleFor(const Step& step, const Program& p
   const Entry& entry = it->second;
   at::ScalarType compute = OpMathType(out);
   if (entry.type_from == TypeFrom::kInputs) {
-    // Promote over the tensor operands; 0-dim operands (host scalars) follow
-    // them, as in ATen, unless every operand is 0-dim.
-    std::optional<at::ScalarType> promoted;
-    for (int pass = 0; pass < 2 && !promoted; ++pass) {
-      for (BufferId id : step.inputs) {
-        const BufferInfo& info = program.buffers[id];
-        if (pass == 0 && info.sizes.empty()) {
-          continue;
-        }
-        promoted = promoted ? c10::promoteTypes(*promoted, info.dtype) : info.dtype;
-      }
-    }
-    compute = OpMathType(promoted.value_or(out));
+    compute = OpMathType(PromotedInputType(step, program).value_or(out));
   }
   if (entry.float_only && !at::isFloatingType(compute)) {
     return std::nullopt;

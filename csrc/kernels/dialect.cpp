@@ -80,14 +80,42 @@ LF_UNARY(lf_trunc, truncf, trunc)
 LF_UNARY(lf_rint, rintf, rint)
 __device__ __forceinline__ float lf_pow(float a, float b) { return powf(a, b); }
 __device__ __forceinline__ double lf_pow(double a, double b) { return pow(a, b); }
+__device__ __forceinline__ float lf_fmod(float a, float b) { return fmodf(a, b); }
+__device__ __forceinline__ double lf_fmod(double a, double b) { return fmod(a, b); }
+__device__ __forceinline__ float lf_copysign(float a, float b) { return copysignf(a, b); }
+__device__ __forceinline__ double lf_copysign(double a, double b) { return copysign(a, b); }
+// ATen's pow with a scalar exponent: the common integral and half exponents
+// are products, roots and reciprocals, not pow().
+template <typename T> __device__ __forceinline__ T lf_pow_scalar(T x, T e) {
+  if (e == (T)2) return x * x;
+  if (e == (T)3) return x * x * x;
+  if (e == (T)0.5) return lf_sqrt(x);
+  if (e == (T)-0.5) return lf_rsqrt(x);
+  if (e == (T)-1) return (T)1 / x;
+  if (e == (T)-2) return (T)1 / (x * x);
+  return lf_pow(x, e);
+}
+// ATen's floor division of floats: through fmod, so that 1.0 // 0.1 is 9
+// (floor(1.0 / 0.1) would give 10).
+template <typename T> __device__ __forceinline__ T lf_div_floor(T a, T b) {
+  if (b == (T)0) return a / b;
+  const T mod = lf_fmod(a, b);
+  T div = (a - mod) / b;
+  if (mod != (T)0 && (b < (T)0) != (mod < (T)0)) div -= (T)1;
+  if (div == (T)0) return lf_copysign((T)0, a / b);
+  T floordiv = lf_floor(div);
+  if (div - floordiv > (T)0.5) floordiv += (T)1;
+  return floordiv;
+}
 
 template <typename T> __device__ __forceinline__ bool lf_isnan(T x) { return x != x; }
 template <typename T> __device__ __forceinline__ T lf_abs(T x) { return x < (T)0 ? -x : x; }
 __device__ __forceinline__ float lf_abs(float x) { return fabsf(x); }
 __device__ __forceinline__ double lf_abs(double x) { return fabs(x); }
 __device__ __forceinline__ bool lf_abs(bool x) { return x; }
+// ATen's sign: NaN compares false both ways and gives 0.
 template <typename T> __device__ __forceinline__ T lf_sign(T x) {
-  return lf_isnan(x) ? x : (T)((x > (T)0) - (x < (T)0));
+  return (T)((x > (T)0) - (x < (T)0));
 }
 template <typename T> __device__ __forceinline__ T lf_relu(T x) {
   return (lf_isnan(x) || x > (T)0) ? x : (T)0;

@@ -49,8 +49,10 @@ class ReductionKernel {
     inner_ = !rule_.dims.empty() && rule_.dims.back() == static_cast<int64_t>(shape.size()) - 1 &&
              rule_.dims.front() == static_cast<int64_t>(shape.size() - rule_.dims.size());
     block_ = inner_ && cols_ >= 32;
+    // sum(x, dtype=torch.float64) of a float tensor accumulates in double.
     const at::ScalarType in_dtype = program.buffers[step_.inputs[0]].dtype;
-    acc_ = in_dtype == at::kDouble ? "double" : "float";
+    const at::ScalarType out_dtype = program.buffers[step_.outputs[0]].dtype;
+    acc_ = in_dtype == at::kDouble || out_dtype == at::kDouble ? "double" : "float";
     reduction_index_ = *group.reduction;
   }
 

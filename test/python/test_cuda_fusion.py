@@ -163,3 +163,35 @@ def test_sizes_not_a_multiple_of_the_vector_width() -> None:
         check(lambda a: a * 0.5 + 1, torch.randn(n))
         check(lambda a: a.half().float() * 2, torch.randn(n))
 
+
+# Each case is a wrong result a fused kernel once gave, found by reading the
+# generated code or by the fuzzer (test/python/fuzz_fusion.py).
+SEMANTICS: dict[str, tuple[Callable[..., torch.Tensor], torch.Tensor]] = {
+    # 0-dim operands join type promotion when their category is higher.
+    "int_ge_fractional_scalar": (lambda x: x >= 0.5, torch.arange(-3, 6)),
+    "bool_lt_int_scalar": (lambda x: (x > 2) < -3, torch.arange(-3, 6)),
+    # ATen's sign of NaN is 0.
+    "sign_nan": (lambda x: torch.sign(x) * 2, torch.tensor([float("nan"), -2.0, 0.0, 3.0] * 3)),
+    # Floor division goes through fmod: 1.0 // 0.1 is 9.
+    "floor_div_fmod": (
+        lambda x: torch.div(x, 0.1, rounding_mode="floor"),
+        torch.tensor([1.0, -1.0, 0.3, 7.0, -0.0, 2.5] * 3),
+    ),
+    # A float64 sum of float32 accumulates in float64.
+    "sum_float64_of_float32": (
+        lambda x: x.sum(dtype=torch.float64),
+        torch.randn(4099) * 1000 + 0.1,
+    ),
+    # Integral exponents are products, as ATen computes them.
+    "pow_integral_exponent": (lambda x: torch.pow(x, 2) - x * x, torch.randn(77) * 100),
+    "pow_cube_and_reciprocal": (
+        lambda x: torch.pow(x, 3) + torch.pow(x, -1) - torch.pow(x, -2),
+        torch.randn(77) * 10,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SEMANTICS))
+def test_aten_semantics(case: str) -> None:
+    fn, x = SEMANTICS[case]
+    check(fn, x, atol=0, rtol=0)
