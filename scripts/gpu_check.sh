@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Everything a lent GPU machine should do, in one device call (issue "On a
+# real GPU"): build lazyfuse from source, run the fused-kernel tests natively
+# on CUDA, then the benchmarks. The machine has torch with CUDA, nvcc, cmake
+# and ninja but no network and maybe no GoogleTest, so nothing is installed.
+#
+#   bash scripts/gpu_check.sh               # build, tests, benchmarks
+#   bash scripts/gpu_check.sh --tests-only
+#   bash scripts/gpu_check.sh --bench-only  # still builds first
+#   bash scripts/gpu_check.sh --build-only  # the part a CPU machine can check
+#
+# Logs, JSON and Markdown go to $OUT (default ./gpu_out), at most 8 files;
+# a short summary is printed last.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+mode=all
+case "${1:-}" in
+  --tests-only) mode=tests ;;
+  --bench-only) mode=bench ;;
+  --build-only) mode=build ;;
+  "") ;;
+  *) echo "usage: $0 [--tests-only|--bench-only|--build-only]" >&2; exit 2 ;;
+esac
+
+OUT=${OUT:-$PWD/gpu_out}
+mkdir -p "$OUT"
+PYTHON=${PYTHON:-python3}
+summary=()
+status=0
+
+step() {  # step NAME LOGFILE COMMAND...: runs, records pass/fail and seconds
+  local name=$1 log=$2
+  shift 2
+  local start=$SECONDS
+  if "$@" >>"$OUT/$log" 2>&1; then
+    summary+=("PASS $name ($((SECONDS - start)) s)")
+  else
+    summary+=("FAIL $name ($((SECONDS - start)) s, see $log)")
+    status=1
+  fi
+}
+
+{
+  "$PYTHON" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, \
+'gpu', torch.cuda.get_device_name(0) if torch.cuda.is_available() else None)"
+  command -v nvcc >/dev/null && nvcc --version | tail -n 1
+  nproc
+} >"$OUT/build.log" 2>&1
+
+# GoogleTest may be missing; the Python suite is what this machine is for.
+export MAX_JOBS=${MAX_JOBS:-$(nproc)}
+export LAZYFUSE_BUILD_TESTS=${LAZYFUSE_BUILD_TESTS:-OFF}
+step build build.log "$PYTHON" -m pip install --no-build-isolation --no-deps --no-index -e .
+if [ "$mode" = build ] || [[ "${summary[0]}" == FAIL* ]]; then
+  printf '%s\n' "${summary[@]}"
+  exit $status
+fi
+
+if [ "$mode" != bench ]; then
+  export LAZYFUSE_DEVICE=cuda
+  # Native fused kernels: the suite the CPU runs under emulation, the fuzzer's
+  # CI set, then the parity and training tests on the CUDA backing device.
+  step "fused-kernel tests" tests.log "$PYTHON" -m pytest -q -x \
+    test/python/test_cuda_fusion.py test/python/test_fuzz.py
+  step "parity and training tests" tests.log "$PYTHON" -m pytest -q \
+    test/python/test_ops.py test/python/test_models.py test/python/test_api.py \
+    test/python/test_kernel_codegen.py
+  grep -E "passed|failed|fuzz:" "$OUT/tests.log" | tail -n 4 >"$OUT/tests_summary.txt"
+fi
+
+if [ "$mode" != tests ]; then
+  step "fused-kernel benchmark" bench.log "$PYTHON" bench/fused_kernels.py --out "$OUT"
+  step "training-step benchmark" bench.log "$PYTHON" -m bench --quick \
+    --cases train-mlp,train-lenet5,train-transformer,markstep-100 --out "$OUT/harness"
+  # The harness writes a PNG per workload; keep its tables only.
+  [ -d "$OUT/harness" ] && cp "$OUT/harness/results.md" "$OUT/training_steps.md" 2>/dev/null
+  rm -rf "$OUT/harness"
+fi
+
+echo "== gpu_check summary =="
+[ -f "$OUT/tests_summary.txt" ] && cat "$OUT/tests_summary.txt"
+printf '%s\n' "${summary[@]}"
+exit $status
