@@ -1,4 +1,5 @@
-// Advanced indexing (x[idx], x[idx] = v) and arange on the lazy device.
+// Advanced indexing (x[idx], x[idx] = v), index_add and arange on the lazy
+// device.
 // index and index_put take a list of optional index tensors, which torchgen
 // cannot turn into IR operands, so they build ClosureNodes here.
 
@@ -8,8 +9,11 @@
 #include <torch/csrc/lazy/core/tensor.h>
 #include <torch/csrc/lazy/core/tensor_impl.h>
 
+#include "generated/LazyIr.h"
 #include "generated/LazyNativeFunctions.h"
 #include "ops/closure_node.h"
+#include "ops/device_checks.h"
+#include "ops/scalar_operands.h"
 
 namespace lazyfuse {
 namespace {
@@ -158,6 +162,43 @@ at::Tensor& LazyNativeFunctions::arange_out(const at::Scalar& start,
     impl->force_refresh_sizes();
   }
   return out;
+}
+
+at::Tensor LazyNativeFunctions::index_add(const at::Tensor& self,
+                                          int64_t dim,
+                                          const at::Tensor& index,
+                                          const at::Tensor& source,
+                                          const at::Scalar& alpha) {
+  TORCH_LAZY_FN_COUNTER("lazy::");
+  CheckOnLazyDevice("aten::index_add", "self", self);
+  CheckOnLazyDevice("aten::index_add", "index", index);
+  CheckOnLazyDevice("aten::index_add", "source", source);
+  // Eager's argument checks. ATen's C++ meta function selects slice 0 of the
+  // source, which an empty index leaves empty, so that case checks on
+  // uninitialised CPU stand-ins instead (index_select's backward is one).
+  if (index.numel() == 0) {
+    (void)at::index_add(CpuStandIn(self), dim, CpuStandIn(index), CpuStandIn(source), alpha);
+  } else {
+    (void)at::index_add(OnMeta(self), dim, OnMeta(index), OnMeta(source), alpha);
+  }
+  const auto device = torch::lazy::GetBackendDevice(self, index, source);
+  TORCH_INTERNAL_ASSERT(device);
+  const torch::lazy::Value self_value = GetLtcTensorOrWrapNumber(self, *device)->GetIrValue();
+  const torch::lazy::Value index_value = GetLtcTensorOrWrapNumber(index, *device)->GetIrValue();
+  const torch::lazy::Value source_value = GetLtcTensorOrWrapNumber(source, *device)->GetIrValue();
+  const torch::lazy::Value alpha_value = ScalarIrValue(alpha, *device);
+  torch::lazy::NodePtr node =
+      torch::lazy::ReuseNode<IndexAdd>(self_value, dim, index_value, source_value, alpha_value);
+  if (!node) {
+    // The result has self's shape and dtype.
+    std::vector<torch::lazy::Shape> shapes{
+        torch::lazy::Shape(self.scalar_type(), self.sizes().vec())};
+    node = torch::lazy::MakeNode<IndexAdd>(
+        self_value, dim, index_value, source_value, alpha_value, std::move(shapes));
+    torch::lazy::CacheNode(node);
+  }
+  return torch::lazy::CreateAtenFromLtcTensor(
+      torch::lazy::LazyTensor::Create(std::move(node), *device));
 }
 
 }  // namespace lazyfuse

@@ -5,7 +5,9 @@
 #include <ATen/ExpandUtils.h>
 #include <ATen/FunctionalTensorWrapper.h>
 #include <ATen/Functions.h>
+#include <ATen/WrapDimUtils.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
+#include <torch/csrc/lazy/backend/backend_interface.h>
 #include <torch/csrc/lazy/core/ir_builder.h>
 #include <torch/csrc/lazy/core/metrics.h>
 #include <torch/csrc/lazy/core/tensor.h>
@@ -30,11 +32,18 @@ at::Tensor WrapFunctional(const at::Tensor& tensor) {
   return at::functionalization::impl::to_functional_tensor(tensor);
 }
 
-// A new lazy tensor holding host data, on the given lazy device.
+// A new lazy tensor holding a copy of host data, on the given lazy device.
+// It is device data at once: LTC's LazyTensor::Create(at::Tensor) keeps the
+// host tensor and no handle, so the first mark_step after it took the
+// tensor for pending work and made it an extra graph result.
 at::Tensor LazyFromHost(const at::Tensor& host, std::optional<at::Device> device) {
   const c10::Device lazy_device = device.value_or(c10::Device(c10::kLazy, 0));
-  return WrapFunctional(torch::lazy::CreateAtenFromLtcTensor(
-      torch::lazy::LazyTensor::Create(host, torch::lazy::atenDeviceToBackendDevice(lazy_device))));
+  const torch::lazy::BackendDevice backend_device =
+      torch::lazy::atenDeviceToBackendDevice(lazy_device);
+  torch::lazy::BackendDataPtr data = torch::lazy::getBackend()->MakeComputationDataFromTensor(
+      host, torch::lazy::Shape(host.scalar_type(), host.sizes().vec()), backend_device);
+  return WrapFunctional(
+      torch::lazy::CreateAtenFromLtcTensor(torch::lazy::LazyTensor::Create(std::move(data))));
 }
 
 torch::lazy::LazyTensorPtr LazyOrNull(const at::Tensor& tensor) {
@@ -67,9 +76,8 @@ at::Tensor LazyNativeFunctions::_to_copy(const at::Tensor& self,
     TORCH_CHECK(device && device->type() == c10::kLazy,
                 "lazyfuse: _to_copy reached the lazy device for a non-lazy tensor headed to ",
                 device ? device->str() : std::string("<no device>"));
-    const bool functionalize =
-        !c10::impl::tls_local_dispatch_key_set().excluded_.has(c10::DispatchKey::Functionalize);
-    return torch::lazy::to_lazy_tensor(self, options, *device, non_blocking, functionalize);
+    // The backend copies the data; only a dtype or layout change happens here.
+    return LazyFromHost(self.to(options.device(self.device()), non_blocking), device);
   }
   if (device && device->type() != c10::kLazy) {
     // lazy -> eager: runs the pending graph of this tensor.
@@ -237,6 +245,65 @@ at::Tensor LazyNativeFunctions::std(const at::Tensor& self,
                                     bool keepdim) {
   TORCH_LAZY_FN_COUNTER("lazy::");
   return at::sqrt(at::var(self, dim, correction, keepdim));
+}
+
+namespace {
+
+// alias_copy and detach_copy: the same values. A tensor that already holds
+// device data shares it, so reading `t.detach()` after a step runs no graph
+// and compiles nothing; pending work gets the view's IR node.
+template <typename Node>
+at::Tensor IdentityView(const at::Tensor& self, const char* op) {
+  CheckOnLazyDevice(op, "self", self);
+  torch::lazy::LazyTensorPtr lazy_self = LazyOrNull(self);
+  TORCH_INTERNAL_ASSERT(lazy_self);
+  if (torch::lazy::BackendDataPtr data = lazy_self->CurrentDataHandle()) {
+    return torch::lazy::CreateAtenFromLtcTensor(torch::lazy::LazyTensor::Create(std::move(data)));
+  }
+  const torch::lazy::Value value = lazy_self->GetIrValue();
+  torch::lazy::NodePtr node = torch::lazy::ReuseNode<Node>(value);
+  if (!node) {
+    std::vector<torch::lazy::Shape> shapes{
+        torch::lazy::Shape(self.scalar_type(), self.sizes().vec())};
+    node = torch::lazy::MakeNode<Node>(value, std::move(shapes));
+    torch::lazy::CacheNode(node);
+  }
+  return torch::lazy::CreateAtenFromLtcTensor(
+      torch::lazy::LazyTensor::Create(std::move(node), lazy_self->GetDevice()));
+}
+
+}  // namespace
+
+at::Tensor LazyNativeFunctions::alias_copy(const at::Tensor& self) {
+  TORCH_LAZY_FN_COUNTER("lazy::");
+  return IdentityView<AliasCopy>(self, "aten::alias_copy");
+}
+
+at::Tensor LazyNativeFunctions::detach_copy(const at::Tensor& self) {
+  TORCH_LAZY_FN_COUNTER("lazy::");
+  return IdentityView<DetachCopy>(self, "aten::detach_copy");
+}
+
+at::Tensor LazyNativeFunctions::stack(at::TensorList tensors, int64_t dim) {
+  TORCH_LAZY_FN_COUNTER("lazy::");
+  CheckOnLazyDevice("aten::stack", "tensors", tensors);
+  // torch's compute_shape_stack takes the first tensor's dtype, where eager
+  // promotes (stack([int64, float32]) is float32). Eager's checks and result
+  // come from the meta kernel; the lazy graph is a cat of unsqueezed inputs,
+  // and cat promotes as eager does.
+  std::vector<at::Tensor> metas;
+  metas.reserve(tensors.size());
+  for (const at::Tensor& tensor : tensors) {
+    metas.push_back(
+        at::empty_strided(tensor.sizes(), tensor.strides(), tensor.options().device(at::kMeta)));
+  }
+  const int64_t wrapped = at::maybe_wrap_dim(dim, at::stack(metas, dim).dim());
+  std::vector<at::Tensor> pieces;
+  pieces.reserve(tensors.size());
+  for (const at::Tensor& tensor : tensors) {
+    pieces.push_back(at::unsqueeze_copy(tensor, wrapped));
+  }
+  return at::cat(pieces, wrapped);
 }
 
 at::Tensor LazyNativeFunctions::index_select(const at::Tensor& self,

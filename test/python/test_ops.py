@@ -198,10 +198,12 @@ CASES["pow.Scalar"] = Case(lambda a: 2.0**a, inputs(randn(5)), kernels=["pow"])
 
 
 def test_every_yaml_op_has_a_case() -> None:
-    ops = set(yaml.safe_load(YAML.read_text())["full_codegen"])
+    declared = yaml.safe_load(YAML.read_text())
+    ops = set(declared["full_codegen"])
     covered = set(CASES) | set(VIA_OPINFO) | RANDOM_OPS
     assert sorted(ops - covered) == [], "add a Case, or a VIA_OPINFO entry, for each new yaml op"
-    assert sorted(covered - ops) == []
+    # Cases may also cover hand-written kernels ("supported").
+    assert sorted(covered - ops - set(declared["supported"])) == []
     assert len(covered) == len(CASES) + len(VIA_OPINFO) + len(RANDOM_OPS)
 
 

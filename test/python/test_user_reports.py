@@ -1,0 +1,183 @@
+"""Wrong values and wasted work that users found from outside, each with the
+class of bug behind it: views whose base is gone mixed with scalars, dtype
+promotion in ops that take tensor lists, empty indices in every indexing op,
+data from the host treated as pending work, and reads of computed tensors
+that ran graphs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+import lazyfuse
+
+OPS_YAML = Path(__file__).resolve().parents[2] / "codegen" / "lazyfuse_ops.yaml"
+
+
+def counter(name: str) -> int:
+    return lazyfuse.metrics.counter_value(name)
+
+
+def test_view_whose_base_was_dropped_keeps_its_value(lazy: torch.device) -> None:
+    other = torch.tensor(-1.0).to(lazy)
+    x = torch.tensor(5.0).to(lazy)[()]  # a view; its base is not kept
+    y = torch.clamp(torch.tensor(9.0).to(lazy), min=0.5, max=x)
+    lazyfuse.mark_step()
+    assert other.detach().cpu().item() == -1.0
+    assert (x * 1).cpu().item() == 5.0
+    assert y.cpu().item() == 5.0
+
+
+def test_view_whose_base_was_dropped_without_other_reads(lazy: torch.device) -> None:
+    x = torch.tensor(5.0).to(lazy)[()]
+    y = torch.clamp(torch.tensor(9.0).to(lazy), min=0.5, max=x)
+    lazyfuse.mark_step()
+    assert (x * 1).cpu().item() == 5.0 and y.cpu().item() == 5.0
+
+
+VIEWS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "index0": lambda t: t[()],
+    "select": lambda t: t[1],
+    "slice": lambda t: t[1:],
+    "transpose": lambda t: t.t(),
+    "expand": lambda t: t.expand(2, *t.shape),
+}
+MIXES: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "clamp_scalar_then_view": lambda a, v: torch.clamp(a, min=0.5).clamp(max=v),
+    "clamp_view_then_scalar": lambda a, v: torch.clamp(a, min=v).clamp(max=9.5),
+    "where_scalar": lambda a, v: torch.where(a > 0, v, 2.0),
+    "add_alpha": lambda a, v: torch.add(a, v, alpha=3),
+    "rsub": lambda a, v: 1.5 - v * a,
+}
+
+
+@pytest.mark.parametrize("mix", sorted(MIXES))
+@pytest.mark.parametrize("view", sorted(VIEWS))
+def test_scalar_and_tensor_mixes_on_views_across_steps(
+    lazy: torch.device, view: str, mix: str
+) -> None:
+    base = torch.arange(1.0, 7.0).reshape(2, 3) if view != "index0" else torch.tensor(4.0)
+    decoy = torch.full_like(base, -7.0)
+    v_eager = VIEWS[view](base)
+    a_eager = torch.linspace(-2, 9, v_eager.numel()).reshape(v_eager.shape)
+    lazy_decoy = decoy.to(lazy)
+    v = VIEWS[view](base.to(lazy))  # the base is dropped
+    a = a_eager.to(lazy)
+    first = MIXES[mix](a, v)
+    lazyfuse.mark_step()
+    lazy_decoy.detach().cpu()  # new device data of the same shape
+    second = MIXES[mix](a, v) * 2
+    torch.testing.assert_close(first.cpu(), MIXES[mix](a_eager, v_eager))
+    torch.testing.assert_close(second.cpu(), MIXES[mix](a_eager, v_eager) * 2)
+    torch.testing.assert_close((v * 1).cpu(), v_eager)
+
+
+DTYPES = [torch.bool, torch.uint8, torch.int32, torch.int64, torch.float16, torch.float32]
+LIST_OPS: dict[str, Callable[[list[torch.Tensor]], torch.Tensor]] = {
+    "stack": lambda ts: torch.stack(ts),
+    "stack_last": lambda ts: torch.stack(ts, -1),
+    "cat": lambda ts: torch.cat(ts),
+}
+
+
+def test_every_tensor_list_op_is_tested_for_promotion() -> None:
+    import torchgen
+
+    native = yaml.safe_load(
+        (Path(torchgen.__file__).parent / "packaged/ATen/native/native_functions.yaml").read_text()
+    )
+    ops = yaml.safe_load(OPS_YAML.read_text())
+    ours = set(ops.get("full_codegen", []) + ops.get("supported", []) + ops.get("ir_gen", []))
+    list_ops = {
+        f["func"].split("(")[0]
+        for f in native
+        if f["func"].split("(")[0] in ours and "Tensor[]" in f["func"].split("->")[0]
+    }
+    tested = {name.split("_")[0] for name in LIST_OPS}
+    assert list_ops <= tested, f"tensor-list ops without a promotion test: {list_ops - tested}"
+
+
+@pytest.mark.parametrize("op", sorted(LIST_OPS))
+@pytest.mark.parametrize("first", DTYPES, ids=str)
+@pytest.mark.parametrize("second", DTYPES, ids=str)
+def test_tensor_list_ops_promote_like_eager(
+    lazy: torch.device, op: str, first: torch.dtype, second: torch.dtype
+) -> None:
+    a = (torch.arange(6) % 3).reshape(2, 3).to(first)
+    b = (torch.arange(6) * 0.75).reshape(2, 3).to(second)
+    expected = LIST_OPS[op]([a, b])
+    got = LIST_OPS[op]([a.to(lazy), b.to(lazy)]).cpu()
+    assert got.dtype == expected.dtype
+    torch.testing.assert_close(got, expected)
+
+
+EMPTY = torch.tensor([], dtype=torch.long)
+INDEXING: dict[str, Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "index_add": lambda x, i, z: x.index_add(0, i, z),
+    "index_copy": lambda x, i, z: x.index_copy(0, i, z),
+    "index_fill": lambda x, i, z: x.index_fill(0, i, 1.0),
+    "index_select": lambda x, i, z: x.index_select(0, i),
+    "gather": lambda x, i, z: x.gather(0, i.view(0, 1).expand(0, 2)),
+    "scatter": lambda x, i, z: x.scatter(0, i.view(0, 1).expand(0, 2), z),
+    "scatter_add": lambda x, i, z: x.scatter_add(0, i.view(0, 1).expand(0, 2), z),
+    "index": lambda x, i, z: x[i],
+    "index_put": lambda x, i, z: x.index_put((i,), z),
+    "index_put_accumulate": lambda x, i, z: x.index_put((i,), z, accumulate=True),
+    "take": lambda x, i, z: x.take(i),
+    "embedding": lambda x, i, z: torch.nn.functional.embedding(i, x),
+}
+
+
+@pytest.mark.parametrize("op", sorted(INDEXING))
+def test_empty_index_in_indexing_ops_and_their_backward(lazy: torch.device, op: str) -> None:
+    x = torch.randn(3, 2, requires_grad=True)
+    source = torch.zeros(0, 2)
+    expected = INDEXING[op](x, EMPTY, source)
+    expected.sum().backward()
+    lazy_x = x.detach().to(lazy).requires_grad_()
+    got = INDEXING[op](lazy_x, EMPTY.to(lazy), source.to(lazy))
+    got.sum().backward()
+    torch.testing.assert_close(got.cpu(), expected.detach())
+    torch.testing.assert_close(lazy_x.grad.cpu(), x.grad)
+
+
+def test_data_from_the_host_is_not_pending_work(lazy: torch.device) -> None:
+    weights = torch.tensor([[1.0, 2.0], [3.0, 4.0]], device=lazy)
+    bias = torch.randn(2).to(lazy)
+
+    def step() -> torch.Tensor:
+        return (weights @ bias).relu() + 1
+
+    out = step()
+    lazyfuse.mark_step()
+    compiled = counter("UncachedCompile")
+    for _ in range(2):
+        out = step()
+        lazyfuse.mark_step()
+    assert counter("UncachedCompile") == compiled, lazyfuse.debug.compile_log()
+    torch.testing.assert_close(out.cpu(), (weights.cpu() @ bias.cpu()).relu() + 1)
+
+
+def test_fresh_data_is_no_graph_result(lazy: torch.device) -> None:
+    torch.tensor([1.0, 2.0], device=lazy)
+    x = torch.ones(3).to(lazy)
+    lazyfuse.mark_step()
+    assert counter("LazyFuseGraphsExecuted") == 0
+    assert x.cpu().tolist() == [1.0, 1.0, 1.0]
+
+
+def test_reading_a_computed_tensor_runs_no_graph(lazy: torch.device) -> None:
+    t = torch.randn(4).to(lazy) * 2
+    lazyfuse.mark_step()
+    executed = counter("LazyFuseGraphsExecuted")
+    compiled = counter("UncachedCompile")
+    a = t.detach().cpu()
+    b = t.cpu()
+    c = torch.ops.aten.alias(t).cpu()
+    assert counter("LazyFuseGraphsExecuted") == executed
+    assert counter("UncachedCompile") == compiled
+    assert torch.equal(a, b) and torch.equal(b, c)
