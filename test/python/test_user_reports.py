@@ -181,3 +181,51 @@ def test_reading_a_computed_tensor_runs_no_graph(lazy: torch.device) -> None:
     assert counter("LazyFuseGraphsExecuted") == executed
     assert counter("UncachedCompile") == compiled
     assert torch.equal(a, b) and torch.equal(b, c)
+
+
+class TiedLM(torch.nn.Module):
+    """A GPT-2-style model: the output head reuses the embedding, and one
+    block is registered twice."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wte = torch.nn.Embedding(11, 8)
+        self.block = torch.nn.Linear(8, 8)
+        self.blocks = torch.nn.ModuleList([self.block, torch.nn.Tanh(), self.block])
+        self.lm_head = torch.nn.Linear(8, 11, bias=False)
+        self.tie_weights()
+
+    def tie_weights(self) -> None:
+        self.lm_head.weight = self.wte.weight
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        h = self.wte(ids)
+        for layer in self.blocks:
+            h = layer(h)
+        return self.lm_head(h)
+
+
+def test_tied_and_shared_parameters_stay_shared(lazy: torch.device) -> None:
+    torch.manual_seed(0)
+    model = TiedLM()
+    eager = TiedLM()
+    eager.load_state_dict(model.state_dict())
+    weight = model.wte.weight
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)  # built before .to()
+    model.to(lazy)
+    assert model.lm_head.weight is model.wte.weight is weight
+    assert model.blocks[0] is model.blocks[2]
+    assert len(list(model.parameters())) == len(list(eager.parameters())) == 3
+    ids = torch.tensor([[1, 4, 9, 2], [0, 3, 3, 10]])
+    eager_opt = torch.optim.SGD(eager.parameters(), lr=0.1)
+    for _ in range(3):
+        for m, opt, x in ((model, optimizer, ids.to(lazy)), (eager, eager_opt, ids)):
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(m(x).flatten(0, 1), x.flatten()).backward()
+            opt.step()
+        lazyfuse.mark_step()
+        torch.testing.assert_close(model.wte.weight.grad.cpu(), eager.wte.weight.grad)
+    torch.testing.assert_close(model.wte.weight.detach().cpu(), eager.wte.weight.detach())
+    model.to("cpu")
+    assert model.lm_head.weight is model.wte.weight is weight
+    assert weight.device.type == "cpu"
