@@ -7,6 +7,9 @@ value is read (``print``, ``.cpu()``, ``.item()``, a tensor in an ``if``).
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable, Sequence
+
 import torch
 
 from lazyfuse import _C
@@ -16,7 +19,16 @@ _C._init()
 
 from lazyfuse import config, debug, metrics  # noqa: E402
 
-__all__ = ["config", "debug", "lazy_device", "mark_step", "metrics", "wait_device_ops"]
+__all__ = [
+    "add_step_closure",
+    "config",
+    "debug",
+    "lazy_device",
+    "mark_step",
+    "metrics",
+    "sync",
+    "wait_device_ops",
+]
 
 _tensor_reduce_ex = torch.Tensor.__reduce_ex__
 
@@ -53,13 +65,42 @@ def lazy_device(index: int = 0) -> torch.device:
     return torch.device("lazy", index)
 
 
+_step_closures: list[tuple[Callable[..., object], tuple[object, ...], bool]] = []
+_step_closures_lock = threading.Lock()
+
+
 def mark_step(wait: bool = False) -> None:
     """Compiles (or finds in the cache) and runs the graph of every live lazy tensor.
 
     Call it once per training step. With ``wait=True`` it returns only after the
-    backing device has finished the work.
+    backing device has finished the work. Closures registered with
+    :func:`add_step_closure` run afterwards, in order.
     """
     _C._mark_step(wait)
+    with _step_closures_lock:
+        closures = list(_step_closures)
+        _step_closures.clear()
+    for closure, args, run_async in closures:
+        if run_async:
+            threading.Thread(target=closure, args=args, daemon=True).start()
+        else:
+            closure(*args)
+
+
+def sync(wait: bool = False) -> None:
+    """torch_xla's name for :func:`mark_step`."""
+    mark_step(wait)
+
+
+def add_step_closure(
+    closure: Callable[..., object], args: Sequence[object] = (), run_async: bool = False
+) -> None:
+    """Runs ``closure(*args)`` once the current step's graph has executed, at
+    the end of the next :func:`mark_step`: the way to log a loss without a
+    mid-step sync (reading it inside the closure costs no extra graph). With
+    ``run_async=True`` it runs on a background thread. torch_xla's API."""
+    with _step_closures_lock:
+        _step_closures.append((closure, tuple(args), run_async))
 
 
 def wait_device_ops() -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 
 import lazyfuse
+from conftest import graphs_executed
 
 
 def test_lazy_device() -> None:
@@ -129,3 +130,28 @@ def test_debug_env_prints_every_compile() -> None:
     )
     assert "hash=" in line and "nodes=" in line and "cause: first compile" in line
     assert "<string>:4" in line
+
+
+def test_sync_is_mark_step(lazy: torch.device) -> None:
+    y = torch.ones(3).to(lazy) * 2
+    lazyfuse.sync()
+    assert graphs_executed() == 1
+    assert y.cpu().tolist() == [2.0, 2.0, 2.0]
+
+
+def test_step_closures_run_after_the_step_without_another_graph(lazy: torch.device) -> None:
+    import threading
+
+    seen: list[tuple[str, float]] = []
+    done = threading.Event()
+    loss = (torch.arange(4.0).to(lazy) ** 2).sum()
+    lazyfuse.add_step_closure(lambda tag, t: seen.append((tag, t.item())), args=("first", loss))
+    lazyfuse.add_step_closure(lambda: seen.append(("second", graphs_executed())))
+    lazyfuse.add_step_closure(done.set, run_async=True)
+    assert seen == []
+    lazyfuse.mark_step()
+    assert done.wait(10)
+    assert seen == [("first", 14.0), ("second", 1)]
+    assert graphs_executed() == 1
+    lazyfuse.mark_step()
+    assert len(seen) == 2  # each closure runs once
