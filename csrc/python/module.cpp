@@ -10,6 +10,7 @@
 #include "fusion/planner.h"
 #include "ltc/backend_impl.h"
 #include "ltc/config.h"
+#include "ltc/graph_executor.h"
 #include "ltc/init.h"
 #include "ltc/node.h"
 #include "program/compile_log.h"
@@ -57,10 +58,13 @@ py::dict MetricSummary(const std::string& name) {
   size_t total = 0;
   auto samples = data->Samples(&accumulator, &total);
   std::vector<double> values;
+  std::vector<int64_t> timestamps;
   values.reserve(samples.size());
   for (const auto& sample : samples) {
     values.push_back(sample.value);
+    timestamps.push_back(sample.timestamp_ns);
   }
+  out["timestamps_ns"] = timestamps;
   out["total_samples"] = total;
   out["accumulator"] = accumulator;
   out["samples"] = values;
@@ -90,6 +94,9 @@ PYBIND11_MODULE(_C, m) {
   m.def("_metric_names", &torch::lazy::GetMetricNames);
   m.def("_metric_summary", &MetricSummary);
   m.def("_metrics_report", [] { return torch::lazy::CreateMetricReport(); });
+  m.def("_last_graph_hash", [] { return torch::lazy::HashToString(PendingGraphHash()); });
+  m.def("_clear_counters", [] { torch::lazy::MetricsArena::Get()->ResetCounters(); });
+  m.def("_clear_metrics", [] { torch::lazy::MetricsArena::Get()->ResetMetrics(); });
   m.def("_reset_metrics", [] {
     torch::lazy::MetricsArena::Get()->ResetCounters();
     torch::lazy::MetricsArena::Get()->ResetMetrics();

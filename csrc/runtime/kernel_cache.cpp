@@ -112,8 +112,13 @@ std::string KernelCacheDir() {
   return home != nullptr ? std::string(home) + "/.cache/lazyfuse" : std::string();
 }
 
+bool KernelCacheReadOnly() {
+  const char* env = std::getenv("LAZYFUSE_CACHE_READONLY");
+  return env != nullptr && *env != '\0' && std::string(env) != "0";
+}
+
 std::string KernelScratchDir(const std::string& subdir) {
-  std::string dir = KernelCacheDir();
+  std::string dir = KernelCacheReadOnly() ? std::string() : KernelCacheDir();
   dir = (dir.empty() ? std::string("/tmp/lazyfuse-") + std::to_string(::getuid()) : dir) + "/" +
         subdir;
   MakeDirs(dir);
@@ -157,7 +162,7 @@ std::shared_ptr<const CompiledKernel> CachedCompile(
   } else {
     auto compiled = std::make_shared<CompiledKernel>(compile());
     TORCH_LAZY_COUNTER("LazyFuseKernelsCompiled", 1);
-    if (!path.empty()) {
+    if (!path.empty() && !KernelCacheReadOnly()) {
       MakeDirs(dir + "/kernels");
       WriteEntry(path, *compiled);
     }

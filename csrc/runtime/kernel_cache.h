@@ -23,6 +23,9 @@ struct CompiledKernel {
 
 // The directory of the disk cache, or "" when it is off.
 std::string KernelCacheDir();
+// LAZYFUSE_CACHE_READONLY=1: entries are read from the disk cache, never
+// written there (a cache shared between machines or users).
+bool KernelCacheReadOnly();
 
 // A directory for files that must exist even with the disk cache off: kernel
 // sources kept for reading, shared libraries to load.

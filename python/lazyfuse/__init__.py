@@ -7,8 +7,12 @@ value is read (``print``, ``.cpu()``, ``.item()``, a tensor in an ``if``).
 
 from __future__ import annotations
 
+import functools
+import os
 import threading
 from collections.abc import Callable, Sequence
+from types import TracebackType
+from typing import Any
 
 import torch
 
@@ -21,6 +25,8 @@ from lazyfuse import config, debug, metrics  # noqa: E402
 
 __all__ = [
     "add_step_closure",
+    "compile",
+    "initialize_cache",
     "config",
     "debug",
     "lazy_device",
@@ -106,3 +112,100 @@ def add_step_closure(
 def wait_device_ops() -> None:
     """Blocks until every graph already launched on the backing device has finished."""
     _C._wait_device_ops()
+
+
+def initialize_cache(path: str, readonly: bool = False) -> None:
+    """Puts the kernel disk cache at ``path`` (torch_xla's API). With
+    ``readonly=True`` compiled kernels are read from it but never written
+    there, for a cache shared between machines. Call it before the first
+    kernel compiles: kernels already in memory stay there."""
+    os.environ["LAZYFUSE_CACHE_DIR"] = str(path)
+    os.environ["LAZYFUSE_CACHE_READONLY"] = "1" if readonly else "0"
+
+
+class _CompiledRegion:
+    """A region that syncs before and after it runs (see :func:`compile`)."""
+
+    def __init__(
+        self, full_graph: bool, name: str | None, max_different_graphs: int | None
+    ) -> None:
+        self.full_graph = full_graph
+        self.name = name
+        self.max_different_graphs = max_different_graphs
+        self.graphs: set[str] = set()
+        self._executed = 0
+        self._uncached = 0
+
+    def _label(self) -> str:
+        return f"lazyfuse.compile({self.name!r})" if self.name else "lazyfuse.compile"
+
+    def __enter__(self) -> _CompiledRegion:
+        mark_step()
+        self._executed = metrics.counter_value(metrics.GRAPHS_EXECUTED)
+        self._uncached = metrics.counter_value("UncachedCompile")
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if exc_type is not None:
+            return
+        forced = metrics.counter_value(metrics.GRAPHS_EXECUTED) - self._executed
+        if self.full_graph and forced:
+            raise RuntimeError(
+                f"{self._label()}: full_graph=True, but {forced} graph(s) ran inside the region "
+                "before its end: something read a lazy value (.item(), .cpu(), print, a tensor "
+                "in an if). See lazyfuse.debug.compile_log()."
+            )
+        executed = metrics.counter_value(metrics.GRAPHS_EXECUTED)
+        mark_step()
+        if metrics.counter_value(metrics.GRAPHS_EXECUTED) > executed:
+            self.graphs.add(_C._last_graph_hash())
+        limit = self.max_different_graphs
+        if limit is not None and len(self.graphs) > limit:
+            new = metrics.counter_value("UncachedCompile") - self._uncached
+            records = debug.compile_log()[-new:] if new > 0 else debug.compile_log()[-1:]
+            log = "\n".join(
+                f"  {record['hash']}: {record['cause']} at {record['call_site']}"
+                for record in records
+            )
+            raise RuntimeError(
+                f"{self._label()}: ran {len(self.graphs)} different graphs, more than "
+                f"max_different_graphs={limit}. The latest compiles:\n{log}"
+            )
+
+    def __call__(self, f: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(f)
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            with self:
+                return f(*args, **kwargs)
+
+        return wrapped
+
+
+_named_regions: dict[str, _CompiledRegion] = {}
+
+
+def compile(  # noqa: A001 (torch_xla's name)
+    f: Callable[..., Any] | None = None,
+    full_graph: bool = False,
+    name: str | None = None,
+    max_different_graphs: int | None = None,
+) -> Any:
+    """torch_xla's ``compile``: a wrapper, a decorator (with or without
+    arguments) or a context manager around code that should run as one lazy
+    graph. It syncs before and after the region. ``full_graph=True`` raises if
+    anything inside forces execution; ``max_different_graphs=N`` raises, with
+    the compile log, once the region has run more than N distinct graphs
+    (a named region counts across its uses)."""
+    if name is not None and name in _named_regions:
+        region = _named_regions[name]
+        region.full_graph, region.max_different_graphs = full_graph, max_different_graphs
+    else:
+        region = _CompiledRegion(full_graph, name, max_different_graphs)
+        if name is not None:
+            _named_regions[name] = region
+    return region if f is None else region(f)

@@ -70,3 +70,73 @@ def report() -> str:
 def reset() -> None:
     """Resets every counter and metric to zero."""
     _C._reset_metrics()
+
+
+# torch_xla's names (torch_xla.debug.metrics), with its meanings.
+
+SHORT_REPORT_COUNTERS = [
+    "MarkStep",
+    "CachedCompile",
+    "UncachedCompile",
+    GRAPHS_EXECUTED,
+    "LazyFuseKernelLaunches",
+    "LazyFuseKernelFallbacks",
+]
+SHORT_REPORT_METRICS = list(PHASE_METRICS.values())
+
+
+def metrics_report() -> str:
+    """The full text report of every metric and counter (torch_xla's name)."""
+    return report()
+
+
+def short_metrics_report(
+    counter_names: list[str] | None = None, metric_names: list[str] | None = None
+) -> str:
+    """A short report: compiles, executions, launches, fallbacks and phase
+    times by default, and every op that fell back to eager."""
+    lines = []
+    for name in (counter_names or SHORT_REPORT_COUNTERS) + sorted(fallback_counts()):
+        value = counter_value(name)
+        if value:
+            lines.append(f"Counter: {name}\n  Value: {value}")
+    for name in metric_names or SHORT_REPORT_METRICS:
+        total, accumulator, _ = metric_data(name) or (0, 0.0, [])
+        if total:
+            lines.append(f"Metric: {name}\n  TotalSamples: {total}\n  Accumulator: {accumulator}")
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+def executed_fallback_ops() -> list[str]:
+    """The ops that ran through the eager fallback, as ``aten::<name>``."""
+    return sorted(fallback_counts())
+
+
+def metric_names() -> list[str]:
+    """The names of every metric that has recorded a sample."""
+    return list(_C._metric_names())
+
+
+def metric_data(name: str) -> tuple[int, float, list[tuple[int, float]]] | None:
+    """``(total_samples, accumulator, [(timestamp_ns, value), ...])`` of a
+    metric, or None when it has never recorded a sample."""
+    summary = _C._metric_summary(name)
+    if not summary:
+        return None
+    samples = list(zip(summary["timestamps_ns"], summary["samples"], strict=True))
+    return int(summary["total_samples"]), float(summary["accumulator"]), samples
+
+
+def clear_counters() -> None:
+    """Resets every counter to zero."""
+    _C._clear_counters()
+
+
+def clear_metrics() -> None:
+    """Drops every metric's samples."""
+    _C._clear_metrics()
+
+
+def clear_all() -> None:
+    """Resets every counter and metric."""
+    reset()

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 import lazyfuse
@@ -155,3 +156,80 @@ def test_step_closures_run_after_the_step_without_another_graph(lazy: torch.devi
     assert graphs_executed() == 1
     lazyfuse.mark_step()
     assert len(seen) == 2  # each closure runs once
+
+
+def test_compile_region_syncs_before_and_after(lazy: torch.device) -> None:
+    x = torch.ones(4).to(lazy)
+    pending = x * 3  # synced when the region starts
+
+    @lazyfuse.compile
+    def step(t: torch.Tensor) -> torch.Tensor:
+        return (t + 1).relu()
+
+    before = graphs_executed()
+    y = step(x)
+    assert graphs_executed() - before == 2  # the pending work, then the region
+    assert y.cpu().tolist() == [2.0] * 4 and pending.cpu().tolist() == [3.0] * 4
+
+
+def test_compile_full_graph_raises_when_something_forces_execution(lazy: torch.device) -> None:
+    x = torch.ones(4).to(lazy)
+    with pytest.raises(RuntimeError, match=r"compile\('probe'\): full_graph=True, but 1 graph"):
+        with lazyfuse.compile(full_graph=True, name="probe"):
+            if (x * 2).sum() > 0:  # a tensor in an if runs a graph
+                pass
+    with lazyfuse.compile(full_graph=True):
+        (x * 2).sum()
+
+
+def test_compile_max_different_graphs(lazy: torch.device) -> None:
+    @lazyfuse.compile(max_different_graphs=2, name="shapes")
+    def double(t: torch.Tensor) -> torch.Tensor:
+        return t * 2
+
+    for n in (3, 3, 4, 4):
+        double(torch.ones(n).to(lazy))
+    with pytest.raises(RuntimeError, match="ran 3 different graphs, more than max_different"):
+        double(torch.ones(5).to(lazy))
+
+
+def test_torch_xla_metrics_names(lazy: torch.device) -> None:
+    from lazyfuse import metrics
+
+    (torch.ones(3).to(lazy) * 2).cpu()
+    assert metrics.counter_value("LazyFuseGraphsExecuted") == 1
+    assert "LazyFuseExecute" in metrics.metric_names()
+    total, accumulator, samples = metrics.metric_data("LazyFuseExecute")
+    assert total == len(samples) >= 1 and accumulator > 0 and samples[0][0] > 0
+    assert metrics.metric_data("NoSuchMetric") is None
+    assert "LazyFuseGraphsExecuted" in metrics.short_metrics_report()
+    assert "Counter" in metrics.metrics_report() or "Metric" in metrics.metrics_report()
+    assert metrics.executed_fallback_ops() == []
+    metrics.clear_counters()
+    assert metrics.counter_value("LazyFuseGraphsExecuted") == 0 and metrics.metric_names()
+    metrics.clear_metrics()
+    assert metrics.metric_data("LazyFuseExecute") is None
+    (torch.ones(3).to(lazy) + 1).cpu()
+    metrics.clear_all()
+    assert metrics.counter_value("LazyFuseGraphsExecuted") == 0
+
+
+def test_initialize_cache_readonly(tmp_path: Path) -> None:
+    code = (
+        "import torch, lazyfuse, os\n"
+        f"lazyfuse.initialize_cache({str(tmp_path)!r}, readonly=READONLY)\n"
+        "x = torch.arange(8.0).to(lazyfuse.lazy_device())\n"
+        "print((x * 0.25 + 3).cpu().sum().item())\n"
+    )
+    env = dict(os.environ, LAZYFUSE_DEVICE="cpu", LAZYFUSE_EMULATE_CUDA="1")
+    for readonly in (True, False):
+        out = subprocess.run(
+            [sys.executable, "-c", code.replace("READONLY", str(readonly))],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert float(out.stdout) == 31.0
+        entries = list((tmp_path / "kernels").glob("*.bin"))
+        assert len(entries) == (0 if readonly else 1)
