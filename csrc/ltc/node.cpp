@@ -1,6 +1,7 @@
 #include "ltc/node.h"
 
 #include <c10/util/Exception.h>
+#include <torch/csrc/lazy/core/internal_ops/ltc_ops.h>
 
 namespace lazyfuse {
 namespace {
@@ -49,12 +50,11 @@ void LazyFuseNode::ComputeHash(torch::lazy::hash_t hash_seed) {
   }
   for (const auto& operand : operands()) {
     h = torch::lazy::HashCombine(h, operand.hash());
-    // Keeps IR reuse from recycling device data this new node reads. Only
-    // leaves track their readers, so inner operands skip the cast.
-    if (operand.node->operands().empty()) {
-      if (const auto* leaf = dynamic_cast<const LazyFuseNode*>(operand.node)) {
-        leaf->MarkUsed();
-      }
+    // Keeps IR reuse from recycling device data this new node reads. Device
+    // data nodes come only from lazyfuse's IR builder, so the op kind tells
+    // them apart without a dynamic_cast on this hot path.
+    if (operand.node->op() == torch::lazy::ltc_device_data) {
+      static_cast<const LazyFuseNode*>(operand.node)->MarkUsed();
     }
   }
   dag_hash_ = h;
