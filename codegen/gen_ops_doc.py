@@ -68,6 +68,9 @@ def render_static() -> str:
             lines.append(f"- expected failure `{where}`: {reason}")
     else:
         lines.append("- no expected failures among the claimed OpInfo entries")
+    for (name, variant), reason in sorted(opinfo.EMULATED_XFAIL.items()):
+        where = f"{name}{'.' + variant if variant else ''}"
+        lines.append(f"- expected failure under CUDA emulation `{where}`: {reason}")
     for (name, variant), (_, reason) in sorted(opinfo.SAMPLE_SKIPS.items()):
         where = f"{name}{'.' + variant if variant else ''}"
         lines.append(f"- skipped samples of `{where}`: {reason}")

@@ -26,12 +26,14 @@ struct EmuEnv {
   LF_EMU_ENV_FIELDS
 };
 
-constexpr int kEmuWrite = 1;
-constexpr int kEmuVector = 2;
+constexpr int kEmuWrite = 1;   // LF_EMU_WRITE in the prelude
+constexpr int kEmuVector = 2;  // LF_EMU_VECTOR
 
-// The C++ text declaring `struct lf_emu_env`, for the kernel prelude.
+// The C++ text declaring `struct lf_emu_env` and the access bits, for the
+// kernel prelude.
 constexpr const char* kEmuEnvDeclaration =
-    "struct lf_emu_env { " LF_EMU_STRINGIFY(LF_EMU_ENV_FIELDS) " };\n";
+    "struct lf_emu_env { " LF_EMU_STRINGIFY(LF_EMU_ENV_FIELDS) " };\n"
+    "enum { LF_EMU_WRITE = 1, LF_EMU_VECTOR = 2 };\n";
 
 // Every emulated kernel library exports this entry point, which the runtime
 // appends after the kernel: it binds the thread's env and calls the kernel

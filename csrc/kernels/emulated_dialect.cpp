@@ -93,19 +93,19 @@ constexpr const char* kEmulatedTarget = R"CPP(
   }
   template <typename T, typename I, typename V>
   inline void lf_st(T* p, I i, V v) {
-    lf_env->check(lf_env->ctx, p + i, sizeof(T), 1);
+    lf_env->check(lf_env->ctx, p + i, sizeof(T), LF_EMU_WRITE);
     p[i] = v;
   }
   template <typename V, typename T>
   inline V lf_vload(const T* p) {
-    lf_env->check(lf_env->ctx, p, sizeof(V), 2);
+    lf_env->check(lf_env->ctx, p, sizeof(V), LF_EMU_VECTOR);
     V v;
     memcpy(&v, p, sizeof(V));
     return v;
   }
   template <typename V, typename T>
   inline void lf_vstore(T* p, V v) {
-    lf_env->check(lf_env->ctx, p, sizeof(V), 3);
+    lf_env->check(lf_env->ctx, p, sizeof(V), LF_EMU_WRITE | LF_EMU_VECTOR);
     memcpy(p, &v, sizeof(V));
   }
 )CPP";

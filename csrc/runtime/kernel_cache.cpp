@@ -91,8 +91,6 @@ void WriteEntry(const std::string& path, const CompiledKernel& kernel) {
 
 std::mutex g_cache_mutex;
 
-}  // namespace
-
 void MakeDirs(const std::string& path) {
   for (size_t at = 1; at <= path.size(); ++at) {
     if (at == path.size() || path[at] == '/') {
@@ -100,6 +98,8 @@ void MakeDirs(const std::string& path) {
     }
   }
 }
+
+}  // namespace
 
 std::string KernelCacheDir() {
   if (const char* env = std::getenv("LAZYFUSE_CACHE_DIR"); env != nullptr && *env != '\0') {

@@ -43,7 +43,4 @@ std::shared_ptr<const CompiledKernel> CachedCompile(const std::string& source,
                                                     const std::string& compiler_key,
                                                     const std::function<CompiledKernel()>& compile);
 
-// Makes `path` and its parents.
-void MakeDirs(const std::string& path);
-
 }  // namespace lazyfuse

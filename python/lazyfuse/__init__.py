@@ -83,6 +83,8 @@ def mark_step(wait: bool = False) -> None:
     :func:`add_step_closure` run afterwards, in order.
     """
     _C._mark_step(wait)
+    if not _step_closures:  # the usual step: no lock on this hot path
+        return
     with _step_closures_lock:
         closures = list(_step_closures)
         _step_closures.clear()

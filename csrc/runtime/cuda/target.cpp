@@ -83,14 +83,17 @@ class CudaTarget : public KernelTarget {
   c10::Device device() const override {
     return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(Index()));
   }
+  // The SM count never changes; Load, which precedes every first launch,
+  // reads it, so launches bind the context once (in Launch), as before.
   LaunchLimits limits() override {
     LaunchLimits limits;
-    limits.processors = PrepareDevice(Index()).processors;
+    limits.processors = processors_ > 0 ? processors_ : PrepareDevice(Index()).processors;
     return limits;
   }
 
   std::shared_ptr<LoadedKernel> Load(const KernelSource& source) override {
     const DeviceFacts& facts = PrepareDevice(Index());
+    processors_ = facts.processors;
     auto compiled = cuda::CompileKernel(source.source, source.name, facts.sm);
     const cuda::DriverApi& driver = cuda::Driver();
     cuda::CUmodule module = nullptr;
@@ -136,6 +139,7 @@ class CudaTarget : public KernelTarget {
   }
 
   c10::Device device_;
+  int processors_ = 0;
 };
 
 }  // namespace
