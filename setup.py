@@ -44,14 +44,12 @@ def ensure_torch() -> str:
 
 class CMakeBuild(build_ext):
     def build_extension(self, ext: Extension) -> None:
-        import torch.utils
-
-        build_dir = ROOT / "build" / f"cmake-py{sys.version_info[0]}{sys.version_info[1]}"
+        default_dir = ROOT / "build" / f"cmake-py{sys.version_info[0]}{sys.version_info[1]}"
+        build_dir = Path(os.environ.get("LAZYFUSE_BUILD_DIR", default_dir)).resolve()
         build_dir.mkdir(parents=True, exist_ok=True)
         configure = [
             "cmake",
             str(ROOT),
-            f"-DCMAKE_PREFIX_PATH={torch.utils.cmake_prefix_path}",
             f"-DPython3_EXECUTABLE={sys.executable}",
             f"-DCMAKE_BUILD_TYPE={os.environ.get('LAZYFUSE_BUILD_TYPE', 'Release')}",
             f"-DLAZYFUSE_BUILD_TESTS={os.environ.get('LAZYFUSE_BUILD_TESTS', 'ON')}",
@@ -68,6 +66,13 @@ class CMakeBuild(build_ext):
 
 
 torch_version = ensure_torch()
+# Read by lazyfuse/__init__.py before it loads _C, so that a wheel taken to
+# another torch fails with a sentence, not an undefined symbol. Written into
+# the source package so that both wheels and editable installs carry it.
+(ROOT / "python" / "lazyfuse" / "_build_info.py").write_text(
+    f'"""Written by setup.py: the torch lazyfuse._C was built against."""\n\n'
+    f'TORCH_VERSION = "{torch_version}"\n'
+)
 
 setup(
     name="lazyfuse",

@@ -80,6 +80,20 @@ std::string Cause(const Signature* previous, const Signature& current) {
   return "same ops and shapes, different graph hash (operand wiring or op attributes changed)";
 }
 
+std::vector<std::string>& LibraryDirs() {
+  static auto* dirs = new std::vector<std::string>();
+  return *dirs;
+}
+
+bool InLibrary(const std::string& file) {
+  for (const auto& dir : LibraryDirs()) {
+    if (file.compare(0, dir.size(), dir) == 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
 // The innermost Python frame outside torch and lazyfuse.
 std::string UserCallSite() {
   auto& frames_fn = torch::lazy::GetPythonFramesFunction();
@@ -87,13 +101,20 @@ std::string UserCallSite() {
     return "<no python frame>";
   }
   for (const auto& frame : frames_fn()) {
-    if (frame.file.find("/torch/") == std::string::npos &&
-        frame.file.find("/lazyfuse/") == std::string::npos) {
+    if (!InLibrary(frame.file)) {
       return frame.file + ":" + std::to_string(frame.line) + " in " + frame.function;
     }
   }
   return "<no user frame>";
 }
+
+}  // namespace
+
+void SetLibraryDirs(std::vector<std::string> dirs) {
+  LibraryDirs() = std::move(dirs);
+}
+
+namespace {
 
 int DebugLevel() {
   static const int level = [] {

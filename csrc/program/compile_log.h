@@ -24,6 +24,10 @@ struct CompileRecord {
 void RecordCompile(const Program& program, size_t node_count);
 
 std::vector<CompileRecord> CompileLog();
+// The folders of torch and lazyfuse themselves: frames under them are never
+// the user's call site. Matched as path prefixes, so a user's own folder
+// named torch or lazyfuse still counts as the user's.
+void SetLibraryDirs(std::vector<std::string> dirs);
 void ClearCompileLog();
 
 }  // namespace lazyfuse

@@ -125,6 +125,7 @@ PYBIND11_MODULE(_C, m) {
     return out;
   });
   m.def("_clear_compile_log", &ClearCompileLog);
+  m.def("_set_library_dirs", &SetLibraryDirs);
   m.def("_fusion_plan", [](const std::vector<at::Tensor>& tensors) {
     const PendingGraph graph = LowerPendingGraph(tensors);
     return PlanFusion(*graph.program).ToString(*graph.program);

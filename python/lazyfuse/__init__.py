@@ -16,10 +16,39 @@ from typing import Any
 
 import torch
 
-from lazyfuse import _C
+
+def _check_torch_version() -> None:
+    # _C links against one torch's C++ symbols. Loading it under another torch
+    # fails deep in the dynamic linker, so say it first, in a sentence.
+    try:
+        from lazyfuse._build_info import TORCH_VERSION
+    except ImportError:  # built by CMake directly: no version was recorded
+        return
+    running = torch.__version__.split("+")[0]
+    if running != TORCH_VERSION:
+        raise ImportError(
+            f"lazyfuse was built for torch {TORCH_VERSION}, but torch {running} is "
+            f"installed. Install torch=={TORCH_VERSION}, or rebuild lazyfuse against "
+            "this torch: pip install --no-build-isolation ."
+        )
+
+
+_check_torch_version()
+
+from lazyfuse import _C  # noqa: E402
 
 # Importing lazyfuse registers it as the process's `lazy` device.
 _C._init()
+# Frames under these folders are never a user's call site (compile log).
+_C._set_library_dirs(
+    sorted(
+        {
+            os.path.join(os.path.dirname(resolve(path)), "")
+            for path in (torch.__file__, __file__)
+            for resolve in (os.path.abspath, os.path.realpath)
+        }
+    )
+)
 
 from lazyfuse import config, debug, metrics  # noqa: E402
 

@@ -99,6 +99,20 @@ def test_compile_log_says_why_a_graph_compiled_again(lazy: torch.device) -> None
     assert all(entry["nodes"] > 0 and entry["hash"] for entry in log)
 
 
+def test_compile_log_call_site_may_live_in_a_folder_named_torch_or_lazyfuse(
+    lazy: torch.device,
+) -> None:
+    # Library frames are recognised by torch's and lazyfuse's own folders, not
+    # by a folder name anywhere in the path: a checkout under
+    # ~/.cache/lazyfuse/ lost every call site before.
+    lazyfuse.debug.clear_compile_log()
+    user_file = "/home/user/lazyfuse/torch/train_step.py"
+    source = "x = torch.ones(6, 7).to(lazy)\ny = (x * 3).sum()\nlazyfuse.mark_step()\n"
+    exec(compile(source, user_file, "exec"), {"torch": torch, "lazyfuse": lazyfuse, "lazy": lazy})
+    (entry,) = lazyfuse.debug.compile_log()
+    assert entry["call_site"].startswith(f"{user_file}:3")
+
+
 def test_compile_log_names_a_changed_node(lazy: torch.device) -> None:
     lazyfuse.debug.clear_compile_log()
     x = torch.ones(4).to(lazy)
