@@ -16,6 +16,12 @@ torch::lazy::hash_t PendingGraphHash() {
   return t_pending_hash;
 }
 
+void DropIrOfComputedTensor(const torch::lazy::LazyTensorPtr& tensor) {
+  if (tensor->CurrentDataHandle() != nullptr && tensor->data()->ir_value) {
+    tensor->data()->ir_value = torch::lazy::Value();
+  }
+}
+
 void LazyFuseGraphExecutor::SyncLiveTensorsGraph(const torch::lazy::BackendDevice* device,
                                                  c10::ArrayRef<std::string> devices,
                                                  bool wait) {
@@ -49,6 +55,7 @@ void LazyFuseGraphExecutor::MarkStep(const torch::lazy::BackendDevice& device) {
   torch::lazy::LazyGraphExecutor::MarkStep(device);
   std::vector<const torch::lazy::Node*> held;
   for (const auto& tensor : GetLiveTensors(&device)) {
+    DropIrOfComputedTensor(tensor);
     if (const torch::lazy::Value value = tensor->CurrentIrValue()) {
       held.push_back(value.node.get());
     }

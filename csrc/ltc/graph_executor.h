@@ -11,6 +11,13 @@ namespace lazyfuse {
 // it; set just before LTC looks the graph up, read by the compile log.
 torch::lazy::hash_t PendingGraphHash();
 
+// A tensor read by value (.item(), .cpu()) keeps its IR next to its new data
+// handle: LTC syncs reads without sync_ltc_data. Consumers would then
+// recompute the whole graph, and mark_step, which skips tensors that have a
+// handle, would leave that IR holding device data of a finished step. The
+// handle is the IR's value, so the IR is dropped.
+void DropIrOfComputedTensor(const torch::lazy::LazyTensorPtr& tensor);
+
 class LazyFuseGraphExecutor : public torch::lazy::LazyGraphExecutor {
  public:
   // LTC swaps each synced tensor's IR for an output buffer before the graph

@@ -16,6 +16,7 @@
 #include "generated/LazyIr.h"
 #include "generated/LazyNativeFunctions.h"
 #include "ltc/config.h"
+#include "ltc/graph_executor.h"
 #include "ops/device_checks.h"
 
 namespace lazyfuse {
@@ -82,6 +83,7 @@ at::Tensor LazyNativeFunctions::_to_copy(const at::Tensor& self,
   if (device && device->type() != c10::kLazy) {
     // lazy -> eager: runs the pending graph of this tensor.
     at::Tensor eager = lazy_self->ToTensor(/*detached=*/true);
+    DropIrOfComputedTensor(lazy_self);
     return eager.to(options.device(device), non_blocking, /*copy=*/true);
   }
   // lazy -> lazy: a dtype cast stays in the graph.
@@ -107,6 +109,7 @@ at::Tensor LazyNativeFunctions::_copy_from(const at::Tensor& self,
   } else if (!lazy_dst) {
     // lazy value into an eager tensor: materialise it
     at::Tensor value = lazy_self->ToTensor(/*detached=*/false);
+    DropIrOfComputedTensor(lazy_self);
     dst.copy_(value, non_blocking);
   } else {
     torch::lazy::Value value = lazy_self->GetIrValue();
@@ -144,6 +147,7 @@ at::Scalar LazyNativeFunctions::_local_scalar_dense(const at::Tensor& self) {
   auto lazy_self = LazyOrNull(self);
   TORCH_CHECK(lazy_self, "lazyfuse: item() on a tensor that is not lazy");
   at::Tensor value = lazy_self->ToTensor(/*detached=*/false);
+  DropIrOfComputedTensor(lazy_self);
   return at::_local_scalar_dense(value.cpu());
 }
 

@@ -229,3 +229,30 @@ def test_tied_and_shared_parameters_stay_shared(lazy: torch.device) -> None:
     model.to("cpu")
     assert model.lm_head.weight is model.wte.weight is weight
     assert weight.device.type == "cpu"
+
+
+@pytest.mark.parametrize("shape", [(), (3,)], ids=["0-dim", "1-dim"])
+@pytest.mark.parametrize("read", ["item", "cpu", "print"])
+def test_a_tensor_read_mid_step_stays_usable_in_later_steps(
+    lazy: torch.device, shape: tuple[int, ...], read: str
+) -> None:
+    # Found through GradScaler: reading the scale mid-step left the tensor's
+    # IR in place next to its data, so mark_step skipped it, its device data
+    # was released with the step, and the next read raised "device data of a
+    # finished step reached a graph". Consumers also recomputed its graph.
+    for step in range(3):
+        y = torch.full(shape, 3.0).to(lazy) * (step + 2)
+        value = y.sum() if read == "item" else y
+        if read == "item":
+            value.item()
+        elif read == "cpu":
+            value.cpu()
+        else:
+            repr(value)
+        assert "aten::mul" not in lazyfuse.debug.ir_text([value + 1])
+        lazyfuse.mark_step()
+        expected = torch.full(shape, 3.0 * (step + 2))
+        torch.testing.assert_close((y * 1).cpu(), expected)
+        torch.testing.assert_close(
+            (value * 1).cpu(), expected.sum() if read == "item" else expected
+        )
