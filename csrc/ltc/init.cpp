@@ -11,6 +11,8 @@
 #include "ltc/config.h"
 #include "ltc/eager_fallback.h"
 #include "ltc/graph_executor.h"
+#include "ops/amp_functions.h"
+#include "ops/autocast.h"
 
 namespace at {
 // Generated into RegisterLazy.cpp by torchgen (backend_name "LazyFuse").
@@ -41,6 +43,8 @@ void InitLazyFuseBackend() {
     torch::lazy::LazyGraphExecutor::Register(executor);
     at::RegisterLazyFuseLazyNativeFunctions();
     RegisterEagerFallback();
+    RegisterAutocast();
+    RegisterAmpFunctions();
   });
 }
 

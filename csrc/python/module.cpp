@@ -13,6 +13,7 @@
 #include "ltc/graph_executor.h"
 #include "ltc/init.h"
 #include "ltc/node.h"
+#include "ops/autocast.h"
 #include "program/compile_log.h"
 #include "program/pending_graph.h"
 #include "runtime/cuda/aot_compile.h"
@@ -126,6 +127,15 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("_clear_compile_log", &ClearCompileLog);
   m.def("_set_library_dirs", &SetLibraryDirs);
+  m.def("_set_autocast", [](bool enabled, at::ScalarType dtype) {
+    const AutocastState previous = SetAutocast({enabled, dtype});
+    return std::make_pair(previous.enabled, previous.dtype);
+  });
+  m.def("_autocast_policy", &AutocastPolicyEntries);
+  m.def("_autocast_state", [] {
+    const AutocastState state = CurrentAutocast();
+    return std::make_pair(state.enabled, state.dtype);
+  });
   m.def("_fusion_plan", [](const std::vector<at::Tensor>& tensors) {
     const PendingGraph graph = LowerPendingGraph(tensors);
     return PlanFusion(*graph.program).ToString(*graph.program);

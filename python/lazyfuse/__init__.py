@@ -50,10 +50,13 @@ _C._set_library_dirs(
     )
 )
 
-from lazyfuse import config, debug, metrics  # noqa: E402
+from lazyfuse import amp, config, debug, metrics  # noqa: E402
+from lazyfuse.amp import autocast  # noqa: E402
 
 __all__ = [
     "add_step_closure",
+    "amp",
+    "autocast",
     "compile",
     "initialize_cache",
     "config",
