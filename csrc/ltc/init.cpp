@@ -13,6 +13,7 @@
 #include "ltc/graph_executor.h"
 #include "ops/amp_functions.h"
 #include "ops/autocast.h"
+#include "ops/split_functions.h"
 
 namespace at {
 // Generated into RegisterLazy.cpp by torchgen (backend_name "LazyFuse").
@@ -45,6 +46,7 @@ void InitLazyFuseBackend() {
     RegisterEagerFallback();
     RegisterAutocast();
     RegisterAmpFunctions();
+    RegisterSplitOverrides();
   });
 }
 

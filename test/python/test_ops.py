@@ -326,3 +326,37 @@ def test_boolean_mask_indexing_syncs_once_and_counts_it(lazy: torch.device) -> N
     torch.testing.assert_close(selected.cpu(), x[x > 0])
     assert lazyfuse.metrics.counter_value("LazyFuseDataDependentSync") == 1
     assert lazyfuse.metrics.fallback_counts() == {}
+
+
+@pytest.mark.parametrize(
+    "points", [[2, 5], [0, 0, 9], [], 3], ids=["indices", "repeated", "none", "sections"]
+)
+def test_tensor_split_with_lazy_split_points_syncs_once(lazy: torch.device, points: object) -> None:
+    # Eager refuses split points that are not on the CPU; on the lazy device
+    # they are read on the host, counted like a boolean mask's nonzero.
+    x = torch.randn(10, 3, requires_grad=True)
+    lazy_x = x.detach().to(lazy).requires_grad_()
+    cpu_points = torch.tensor(points, dtype=torch.long)
+    expected = torch.tensor_split(x, cpu_points)
+    actual = torch.tensor_split(lazy_x, cpu_points.to(lazy))
+    assert lazyfuse.metrics.counter_value("LazyFuseDataDependentSync") == 1
+    assert len(actual) == len(expected)
+    for a, e in zip(actual, expected, strict=True):
+        torch.testing.assert_close(a.cpu(), e)
+    weights = [torch.randn_like(e) for e in expected]
+    torch.autograd.backward(expected, weights)
+    torch.autograd.backward(actual, [w.to(lazy) for w in weights])
+    torch.testing.assert_close(lazy_x.grad.cpu(), x.grad)
+    # CPU split points need no sync, as in eager.
+    torch.tensor_split(lazy_x, cpu_points)
+    assert lazyfuse.metrics.counter_value("LazyFuseDataDependentSync") == 1
+    assert lazyfuse.metrics.fallback_counts() == {}
+
+
+def test_tensor_split_points_keep_eager_checks(lazy: torch.device) -> None:
+    x = torch.randn(6).to(lazy)
+    with pytest.raises(RuntimeError, match="to have dtype of long, but got Float"):
+        torch.tensor_split(x, torch.tensor([1.0, 2.0]).to(lazy))
+    with pytest.raises(RuntimeError, match="but got a tensor with 2 dims"):
+        torch.tensor_split(x, torch.tensor([[1, 2]]).to(lazy))
+    assert len(torch.tensor_split(x, torch.tensor([1, 4]).to(lazy))) == 3
