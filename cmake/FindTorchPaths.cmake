@@ -4,9 +4,10 @@
 # lazyfuse links no CUDA (csrc/runtime/cuda opens libcuda and libnvrtc with
 # dlopen), so a pip-installed CUDA wheel must build with no toolkit at all.
 #
-# Sets TORCH_VERSION, TORCH_INCLUDE_DIRS, TORCH_LIB_DIR and
-# LAZYFUSE_TORCH_FLAGS, and stops with a clear error outside the supported
-# torch range.
+# Sets TORCH_VERSION, TORCH_INCLUDE_DIRS, TORCH_LIB_DIR, LAZYFUSE_TORCH_FLAGS
+# and TORCH_CXX_STANDARD, and stops with a clear error outside the supported
+# torch range. Every difference between torch releases that the build sees
+# is decided here.
 
 set(LAZYFUSE_TORCH_MIN 2.11)
 set(LAZYFUSE_TORCH_MAX 2.15)
@@ -44,10 +45,19 @@ if(_torch_minor VERSION_LESS LAZYFUSE_TORCH_MIN OR _torch_minor VERSION_GREATER 
     "(pip install torch==2.13.0 is the CPU build) and build again.")
 endif()
 
+# lazyfuse is C++17, but torch 2.15's headers use C++20 (concepts, <=>,
+# std::bit_width), so sources are compiled as C++20 against it.
+if(_torch_minor VERSION_GREATER_EQUAL 2.15)
+  set(TORCH_CXX_STANDARD 20)
+else()
+  set(TORCH_CXX_STANDARD 17)
+endif()
+
 set(TORCH_INCLUDE_DIRS ${_torch_include} ${_torch_api_include})
 set(LAZYFUSE_TORCH_FLAGS -D_GLIBCXX_USE_CXX11_ABI=${_torch_cxx11_abi})
 foreach(lib torch torch_cpu c10 torch_python)
   string(TOUPPER "${lib}" _upper)
   find_library(TORCH_${_upper}_LIBRARY ${lib} PATHS ${TORCH_LIB_DIR} NO_DEFAULT_PATH REQUIRED)
 endforeach()
-message(STATUS "lazyfuse: torch ${TORCH_VERSION} at ${TORCH_LIB_DIR} (no CUDA toolkit needed)")
+message(STATUS "lazyfuse: torch ${TORCH_VERSION} at ${TORCH_LIB_DIR}, C++${TORCH_CXX_STANDARD} "
+  "(no CUDA toolkit needed)")
