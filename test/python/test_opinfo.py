@@ -280,7 +280,18 @@ VIA_OPINFO: dict[str, tuple[str, str]] = {
     "select_scatter": ("select_scatter", ""),
     "diagonal_scatter": ("diagonal_scatter", ""),
     "as_strided_scatter": ("as_strided_scatter", ""),
+    "_chunk_cat": ("_chunk_cat", ""),
+    "addr": ("addr", ""),
+    "block_diag": ("block_diag", ""),
+    "masked_scatter": ("masked_scatter", ""),
+    "mvlgamma": ("mvlgamma", "mvlgamma_p_1"),
 }
+
+CLAIMED += [
+    ("mvlgamma", "mvlgamma_p_3"),
+    ("mvlgamma", "mvlgamma_p_5"),
+    ("nn.functional.linear_cross_entropy", ""),
+]
 
 for _claim in VIA_OPINFO.values():
     if _claim not in CLAIMED:
