@@ -54,13 +54,26 @@ def render_static() -> str:
         "",
         "## OpInfo claims",
         "",
-        "The OpInfo entries run sample by sample against eager CPU, forward and",
-        "gradients, with no fallback allowed:",
+        f"{len(opinfo.CLAIMED)} op_db entries run sample by sample against eager CPU,",
+        "forward and gradients, with no fallback allowed (the list is",
+        "`test/python/opinfo_claims.txt`). Marked (f32): float32 only; the others in",
+        "every dtype of float32, float64, int64, int32, uint8 and bool they support.",
+        "Pointwise and reduction entries also run their forward in float16 and",
+        "bfloat16:",
         "",
     ]
-    lines += [
-        f"- `{name}{'.' + variant if variant else ''}`" for name, variant in sorted(opinfo.CLAIMED)
-    ]
+    low = {
+        (case.values[0].name, case.values[0].variant_test_name)
+        for case in opinfo._low_precision_cases()
+    }
+    for name, variant in sorted(opinfo.CLAIMED):
+        notes = []
+        if (name, variant) in opinfo.FLOAT32_ONLY:
+            notes.append("f32")
+        if (name, variant) in low:
+            notes.append("f16/bf16")
+        suffix = f" ({', '.join(notes)})" if notes else ""
+        lines.append(f"- `{name}{'.' + variant if variant else ''}`{suffix}")
     lines += ["", "## Known gaps", ""]
     if opinfo.XFAIL:
         for (name, variant, dtype), reason in sorted(opinfo.XFAIL.items(), key=str):
@@ -68,6 +81,9 @@ def render_static() -> str:
             lines.append(f"- expected failure `{where}`: {reason}")
     else:
         lines.append("- no expected failures among the claimed OpInfo entries")
+    for (name, variant, dtype), reason in sorted(opinfo.LOW_PRECISION_XFAIL.items(), key=str):
+        where = f"{name}{'.' + variant if variant else ''} ({dtype})"
+        lines.append(f"- expected failure `{where}`: {reason}")
     for (name, variant), reason in sorted(opinfo.EMULATED_XFAIL.items()):
         where = f"{name}{'.' + variant if variant else ''}"
         lines.append(f"- expected failure under CUDA emulation `{where}`: {reason}")

@@ -14,7 +14,13 @@ LazyFuseBackendData::LazyFuseBackendData(torch::lazy::BackendDevice device,
 LazyFuseBackendData::LazyFuseBackendData(torch::lazy::BackendDevice device,
                                          torch::lazy::Shape shape,
                                          at::Tensor value)
-    : torch::lazy::BackendData(std::move(device), std::move(shape)), value_(std::move(value)) {}
+    : torch::lazy::BackendData(std::move(device), std::move(shape)),
+      // Device data is always contiguous. A tensor LTC hands out describes
+      // its data with contiguous strides, and ATen composites that run on
+      // bare lazy tensors change that description in place (rot90's
+      // transpose_), so strided data (host data from a transposed tensor, a
+      // view step's result) was read in the wrong order.
+      value_(value.is_contiguous() ? std::move(value) : value.contiguous()) {}
 
 void LazyFuseBackendData::Assign(const torch::lazy::BackendData& data) {
   const auto* other = dynamic_cast<const LazyFuseBackendData*>(&data);

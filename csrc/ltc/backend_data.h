@@ -1,7 +1,7 @@
 #pragma once
 
-// Data on the backing device. A value is either an at::Tensor on the backing
-// device, or a host scalar: a 0-dim CPU tensor. Host scalars (learning rates,
+// Data on the backing device. A value is either a contiguous at::Tensor on
+// the backing device, or a host scalar: a 0-dim CPU tensor. Host scalars (learning rates,
 // loss scales, alpha arguments) are read with item() on the host, so they
 // never force a device sync, and as graph parameters their value never
 // enters the graph hash.

@@ -142,6 +142,37 @@ at::Tensor LazyNativeFunctions::_chunk_cat(at::TensorList tensors,
   return at::cat(chunked, wrapped + 1);
 }
 
+at::Tensor LazyNativeFunctions::rot90(const at::Tensor& self, int64_t k, at::IntArrayRef dims) {
+  TORCH_LAZY_FN_COUNTER("lazy::");
+  CheckOnLazyDevice("aten::rot90", "self", self);
+  const int64_t total_dims = self.dim();
+  TORCH_CHECK(dims.size() == 2, "expected total rotation dims == 2, but got dims = ", dims.size());
+  TORCH_CHECK(total_dims >= 2, "expected total dims >= 2, but got total dims = ", total_dims);
+  TORCH_CHECK(dims[0] != dims[1] && std::abs(dims[0] - dims[1]) != total_dims,
+              "expected rotation dims to be different, but got dim0 = ",
+              dims[0],
+              " and dim1 = ",
+              dims[1]);
+  TORCH_CHECK(dims[0] < total_dims && dims[0] >= -total_dims,
+              "Rotation dim0 out of range, dim0 = ",
+              dims[0]);
+  TORCH_CHECK(dims[1] < total_dims && dims[1] >= -total_dims,
+              "Rotation dim1 out of range, dim1 = ",
+              dims[1]);
+  // Eager's kernel ends in an in-place transpose_ of a bare tensor, which
+  // cannot be recorded; transpose_copy is.
+  switch ((4 + (k % 4)) % 4) {
+    case 1:
+      return at::transpose_copy(at::flip(self, {dims[1]}), dims[0], dims[1]);
+    case 2:
+      return at::flip(self, dims);
+    case 3:
+      return at::transpose_copy(at::flip(self, {dims[0]}), dims[0], dims[1]);
+    default:
+      return self.clone();
+  }
+}
+
 at::Tensor LazyNativeFunctions::masked_scatter(const at::Tensor& self,
                                                const at::Tensor& mask,
                                                const at::Tensor& source) {

@@ -189,4 +189,113 @@ std::vector<Shape> compute_shape_dot(const at::Tensor& self, const at::Tensor& t
   return {Shape(self.scalar_type(), {})};
 }
 
+// Ops whose shapes follow from their meta kernels: each runs on meta
+// stand-ins of its inputs, so shapes and dtypes are eager's by construction.
+
+std::vector<Shape> compute_shape__logcumsumexp(const at::Tensor& self, int64_t /*dim*/) {
+  return {ShapeOf(self)};
+}
+
+std::vector<Shape> compute_shape_addbmm(const at::Tensor& self,
+                                        const at::Tensor& batch1,
+                                        const at::Tensor& batch2,
+                                        const at::Scalar& beta,
+                                        const at::Scalar& alpha) {
+  return {ShapeOf(at::addbmm(OnMeta(self), OnMeta(batch1), OnMeta(batch2), beta, alpha))};
+}
+
+std::vector<Shape> compute_shape_angle(const at::Tensor& self) {
+  return {ShapeOf(at::angle(OnMeta(self)))};
+}
+
+std::vector<Shape> compute_shape_bucketize(const at::Tensor& self,
+                                           const at::Tensor& /*boundaries*/,
+                                           bool out_int32,
+                                           bool /*right*/) {
+  return {Shape(out_int32 ? at::kInt : at::kLong, self.sizes().vec())};
+}
+
+std::vector<Shape> compute_shape_cholesky_inverse(const at::Tensor& self, bool /*upper*/) {
+  return {ShapeOf(self)};
+}
+
+std::vector<Shape> compute_shape_count_nonzero(const at::Tensor& self, at::IntArrayRef dim) {
+  return {ShapeOf(at::sum(OnMeta(self), dim, /*keepdim=*/false, at::kLong))};
+}
+
+std::vector<Shape> compute_shape_diag_embed(const at::Tensor& self,
+                                            int64_t offset,
+                                            int64_t dim1,
+                                            int64_t dim2) {
+  return {ShapeOf(at::diag_embed(OnMeta(self), offset, dim1, dim2))};
+}
+
+std::vector<Shape> compute_shape_floor_divide(const at::Tensor& self, const at::Tensor& other) {
+  return {Shape(at::result_type(self, other), at::infer_size(self.sizes(), other.sizes()))};
+}
+
+std::vector<Shape> compute_shape_linalg_matrix_exp(const at::Tensor& self) {
+  return {ShapeOf(self)};
+}
+
+std::vector<Shape> compute_shape_linalg_solve_triangular(
+    const at::Tensor& self, const at::Tensor& B, bool upper, bool left, bool unitriangular) {
+  return {
+      ShapeOf(at::linalg_solve_triangular(OnMeta(self), OnMeta(B), upper, left, unitriangular))};
+}
+
+std::vector<Shape> compute_shape_median(const at::Tensor& self) {
+  return {Shape(self.scalar_type(), {})};
+}
+
+std::vector<Shape> compute_shape_mode(const at::Tensor& self, int64_t dim, bool keepdim) {
+  const at::Tensor values = at::amax(OnMeta(self), {dim}, keepdim);
+  return {ShapeOf(values), Shape(at::kLong, values.sizes().vec())};
+}
+
+std::vector<Shape> compute_shape_nanmedian(const at::Tensor& self) {
+  return {Shape(self.scalar_type(), {})};
+}
+
+std::vector<Shape> compute_shape_nansum(const at::Tensor& self,
+                                        at::OptionalIntArrayRef dim,
+                                        bool keepdim,
+                                        std::optional<at::ScalarType> dtype) {
+  return {ShapeOf(at::sum(OnMeta(self), dim, keepdim, dtype))};
+}
+
+std::vector<Shape> compute_shape_rsub(const at::Tensor& self,
+                                      const at::Tensor& other,
+                                      const at::Scalar& /*alpha*/) {
+  return {Shape(at::result_type(self, other), at::infer_size(self.sizes(), other.sizes()))};
+}
+
+std::vector<Shape> compute_shape_searchsorted(const at::Tensor& /*sorted_sequence*/,
+                                              const at::Tensor& self,
+                                              bool out_int32,
+                                              bool /*right*/,
+                                              std::optional<c10::string_view> /*side*/,
+                                              const std::optional<at::Tensor>& /*sorter*/) {
+  return {Shape(out_int32 ? at::kInt : at::kLong, self.sizes().vec())};
+}
+
+std::vector<Shape> compute_shape_std_mean(const at::Tensor& self,
+                                          at::OptionalIntArrayRef dim,
+                                          const std::optional<at::Scalar>& correction,
+                                          bool keepdim) {
+  const Shape shape = ShapeOf(at::var(OnMeta(self), dim, correction, keepdim));
+  return {shape, shape};
+}
+
+std::vector<Shape> compute_shape_var_mean(const at::Tensor& self,
+                                          at::OptionalIntArrayRef dim,
+                                          const std::optional<at::Scalar>& correction,
+                                          bool keepdim) {
+  return compute_shape_std_mean(self, dim, correction, keepdim);
+}
+
+std::vector<Shape> compute_shape_vdot(const at::Tensor& self, const at::Tensor& other) {
+  return {Shape(at::result_type(self, other), {})};
+}
+
 }  // namespace torch::lazy

@@ -27,5 +27,24 @@ TORCH_API std::vector<torch::lazy::Shape> compute_shape_diagonal_backward(const 
 TORCH_API std::vector<torch::lazy::Shape> compute_shape_logit(const at::Tensor & self, ::std::optional<double> eps);
 TORCH_API std::vector<torch::lazy::Shape> compute_shape_unfold_backward(const at::Tensor & grad_in, at::IntArrayRef input_sizes, int64_t dim, int64_t size, int64_t step);
 TORCH_API std::vector<torch::lazy::Shape> compute_shape_dot(const at::Tensor & self, const at::Tensor & tensor);
+TORCH_API std::vector<torch::lazy::Shape> compute_shape__logcumsumexp(const at::Tensor & self, int64_t dim);
+TORCH_API std::vector<torch::lazy::Shape> compute_shape_addbmm(const at::Tensor & self, const at::Tensor & batch1, const at::Tensor & batch2, const at::Scalar & beta, const at::Scalar & alpha);
+TORCH_API std::vector<torch::lazy::Shape> compute_shape_angle(const at::Tensor & self);
+TORCH_API std::vector<torch::lazy::Shape> compute_shape_bucketize(const at::Tensor & self, const at::Tensor & boundaries, bool out_int32, bool right);
+TORCH_API std::vector<torch::lazy::Shape> compute_shape_cholesky_inverse(const at::Tensor & self, bool upper);
+TORCH_API std::vector<torch::lazy::Shape> compute_shape_count_nonzero(const at::Tensor & self, at::IntArrayRef dim);
+TORCH_API std::vector<torch::lazy::Shape> compute_shape_diag_embed(const at::Tensor & self, int64_t offset, int64_t dim1, int64_t dim2);
+TORCH_API std::vector<torch::lazy::Shape> compute_shape_floor_divide(const at::Tensor & self, const at::Tensor & other);
+TORCH_API std::vector<torch::lazy::Shape> compute_shape_linalg_matrix_exp(const at::Tensor & self);
+TORCH_API std::vector<torch::lazy::Shape> compute_shape_linalg_solve_triangular(const at::Tensor & self, const at::Tensor & B, bool upper, bool left, bool unitriangular);
+TORCH_API std::vector<torch::lazy::Shape> compute_shape_median(const at::Tensor & self);
+TORCH_API std::vector<torch::lazy::Shape> compute_shape_mode(const at::Tensor & self, int64_t dim, bool keepdim);
+TORCH_API std::vector<torch::lazy::Shape> compute_shape_nanmedian(const at::Tensor & self);
+TORCH_API std::vector<torch::lazy::Shape> compute_shape_nansum(const at::Tensor & self, at::OptionalIntArrayRef dim, bool keepdim, ::std::optional<at::ScalarType> dtype);
+TORCH_API std::vector<torch::lazy::Shape> compute_shape_rsub(const at::Tensor & self, const at::Tensor & other, const at::Scalar & alpha);
+TORCH_API std::vector<torch::lazy::Shape> compute_shape_searchsorted(const at::Tensor & sorted_sequence, const at::Tensor & self, bool out_int32, bool right, ::std::optional<c10::string_view> side, const ::std::optional<at::Tensor> & sorter);
+TORCH_API std::vector<torch::lazy::Shape> compute_shape_std_mean(const at::Tensor & self, at::OptionalIntArrayRef dim, const ::std::optional<at::Scalar> & correction, bool keepdim);
+TORCH_API std::vector<torch::lazy::Shape> compute_shape_var_mean(const at::Tensor & self, at::OptionalIntArrayRef dim, const ::std::optional<at::Scalar> & correction, bool keepdim);
+TORCH_API std::vector<torch::lazy::Shape> compute_shape_vdot(const at::Tensor & self, const at::Tensor & other);
 // clang-format on
 }  // namespace torch::lazy

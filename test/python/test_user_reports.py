@@ -265,3 +265,48 @@ def test_a_tensor_read_mid_step_stays_usable_in_later_steps(
         torch.testing.assert_close(
             (value * 1).cpu(), expected.sum() if read == "item" else expected
         )
+
+
+STRIDED_SOURCES: dict[str, Callable[[torch.Tensor, torch.device], torch.Tensor]] = {
+    # host data whose strides are not contiguous
+    "transposed host data": lambda x, lazy: x.transpose(0, 1).to(lazy),
+    # a graph result produced by a view step, kept as device data
+    "transposed step result": lambda x, lazy: x.to(lazy).transpose(0, 1),
+}
+
+
+@pytest.mark.parametrize("source", sorted(STRIDED_SOURCES))
+@pytest.mark.parametrize("k", [1, 2, 3, -1])
+def test_device_data_is_contiguous_whatever_its_source(
+    lazy: torch.device, source: str, k: int
+) -> None:
+    # Found by the OpInfo sweep: rot90's gradient was wrong when the incoming
+    # gradient was a transposed tensor. ATen kernels that run on bare lazy
+    # tensors (rot90 ends in transpose_) rewrite the tensor's contiguous
+    # description in place, which read strided device data in the wrong order.
+    x = torch.randn(3, 4, 5)
+    value = STRIDED_SOURCES[source](x, lazy)
+    lazyfuse.mark_step()
+    expected = torch.rot90(x.transpose(0, 1), k)
+    torch.testing.assert_close(torch.rot90(value, k).cpu(), expected)
+    leaf = torch.randn(4, 3, 5, requires_grad=True)
+    lazy_leaf = leaf.detach().to(lazy).requires_grad_()
+    torch.rot90(leaf, k).backward(expected)
+    torch.rot90(lazy_leaf, k).backward(torch.rot90(value, k))
+    torch.testing.assert_close(lazy_leaf.grad.cpu(), leaf.grad)
+    assert lazyfuse.metrics.fallback_counts() == {}
+
+
+def test_float64_batch_norm_without_running_stats_saves_float64_stats(
+    lazy: torch.device,
+) -> None:
+    # torch's compute_shape_native_batch_norm gave the saved mean and inverse
+    # std the default dtype, so the backward failed on mixed dtypes.
+    x = torch.randn(4, 3, 5, dtype=torch.float64, requires_grad=True)
+    lazy_x = x.detach().to(lazy).requires_grad_()
+    expected = torch.native_batch_norm(x, None, None, None, None, True, 0.1, 1e-5)
+    actual = torch.native_batch_norm(lazy_x, None, None, None, None, True, 0.1, 1e-5)
+    assert [t.dtype for t in actual] == [t.dtype for t in expected]
+    expected[0].sum().backward()
+    actual[0].sum().backward()
+    torch.testing.assert_close(lazy_x.grad.cpu(), x.grad)
