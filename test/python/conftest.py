@@ -26,6 +26,10 @@ def _fresh_step():
 
 
 ON_CUDA = lazyfuse.config.backing_device().type == "cuda"
+# The torch the README's test command installs; generated docs and OpInfo
+# claims are written against its op_db, which older releases only partly have.
+REFERENCE_TORCH = "2.13.0"
+ON_REFERENCE_TORCH = torch.__version__.split("+")[0] == REFERENCE_TORCH
 HOST_COMPILER = "host_compiler" in lazyfuse.debug.emulation()
 NO_FUSED_KERNELS = "needs a CUDA GPU, or a host C++ compiler to emulate one"
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import lazyfuse
-from conftest import graphs_executed
+from conftest import ON_REFERENCE_TORCH, REFERENCE_TORCH, graphs_executed
 
 
 def test_lazy_device() -> None:
@@ -69,6 +69,10 @@ def test_public_functions_have_docstrings() -> None:
                 assert obj.__doc__, f"{module.__name__}.{name} has no docstring"
 
 
+@pytest.mark.skipif(
+    not ON_REFERENCE_TORCH,
+    reason=f"docs/ops.md lists op_db entries of torch {REFERENCE_TORCH}; other releases lack some",
+)
 def test_ops_doc_is_generated_from_the_yaml() -> None:
     script = Path(__file__).resolve().parents[2] / "codegen" / "gen_ops_doc.py"
     result = subprocess.run(

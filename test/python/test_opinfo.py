@@ -22,15 +22,10 @@ from torch.testing._internal.opinfo.core import BinaryUfuncInfo, ReductionOpInfo
 from torch.utils._pytree import tree_flatten, tree_map
 
 import lazyfuse
-from conftest import HOST_COMPILER, ON_CUDA
+from conftest import HOST_COMPILER, ON_CUDA, ON_REFERENCE_TORCH, REFERENCE_TORCH
 from opinfo_via import VIA_OPINFO
 
 CLAIMS_FILE = Path(__file__).resolve().parent / "opinfo_claims.txt"
-
-
-# The torch whose op_db the claims are written against (the README's test
-# command); older releases lack some entries.
-REFERENCE_TORCH = "2.13.0"
 
 
 def _spelling(name: str, variant: str) -> str:
@@ -256,7 +251,7 @@ def test_opinfo_low_precision(op: Any, dtype: torch.dtype, lazy: torch.device) -
 
 
 @pytest.mark.skipif(
-    torch.__version__.split("+")[0] != REFERENCE_TORCH,
+    not ON_REFERENCE_TORCH,
     reason=f"claims name op_db entries of torch {REFERENCE_TORCH}; other releases lack some",
 )
 def test_every_claim_names_an_op_db_entry() -> None:
