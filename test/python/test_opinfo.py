@@ -172,6 +172,22 @@ def run_sample(op: Any, sample: Any, lazy: torch.device) -> None:
     assert fallbacks == {}, f"fell back to eager: {fallbacks}"
 
 
+def run_and_tally(op: Any, samples: list[Any], dtype: torch.dtype, lazy: torch.device) -> list[str]:
+    """Runs every sample; returns the failures and counts passes in TALLY."""
+    failures = []
+    for index, sample in enumerate(samples):
+        torch.manual_seed(index)
+        try:
+            run_sample(op, sample, lazy)
+        except Exception as error:  # noqa: BLE001 - every failure is reported by the caller
+            lazyfuse.mark_step()
+            failures.append(f"sample {index}: {type(error).__name__}: {str(error)[:300]}")
+    TALLY["passed"] += len(samples) - len(failures)
+    if not failures:
+        TALLY[f"dtype:{str(dtype).removeprefix('torch.')}"] += 1
+    return failures
+
+
 @pytest.mark.parametrize(("op", "dtype"), _cases())
 def test_opinfo(
     op: Any, dtype: torch.dtype, lazy: torch.device, request: pytest.FixtureRequest
@@ -183,17 +199,7 @@ def test_opinfo(
         kept = [sample for sample in samples if not skip[0](sample)]
         TALLY["skipped"] += len(samples) - len(kept)
         samples = kept
-    failures = []
-    for index, sample in enumerate(samples):
-        torch.manual_seed(index)
-        try:
-            run_sample(op, sample, lazy)
-        except Exception as error:  # noqa: BLE001 - every failure is reported below
-            lazyfuse.mark_step()
-            failures.append(f"sample {index}: {type(error).__name__}: {str(error)[:300]}")
-    TALLY["passed"] += len(samples) - len(failures)
-    if not failures:
-        TALLY[f"dtype:{str(dtype).removeprefix('torch.')}"] += 1
+    failures = run_and_tally(op, samples, dtype, lazy)
     if request.node.get_closest_marker("xfail"):
         TALLY["xfail"] += len(failures)
     key = f"op:{op.name}{'.' + op.variant_test_name if op.variant_test_name else ''}"
@@ -236,17 +242,7 @@ def test_opinfo_low_precision(op: Any, dtype: torch.dtype, lazy: torch.device) -
     skip = SAMPLE_SKIPS.get((op.name, op.variant_test_name))
     if skip:
         samples = [sample for sample in samples if not skip[0](sample)]
-    failures = []
-    for index, sample in enumerate(samples):
-        torch.manual_seed(index)
-        try:
-            run_sample(op, sample, lazy)
-        except Exception as error:  # noqa: BLE001 - every failure is reported below
-            lazyfuse.mark_step()
-            failures.append(f"sample {index}: {type(error).__name__}: {str(error)[:300]}")
-    TALLY["passed"] += len(samples) - len(failures)
-    if not failures:
-        TALLY[f"dtype:{str(dtype).removeprefix('torch.')}"] += 1
+    failures = run_and_tally(op, samples, dtype, lazy)
     assert not failures, f"{len(failures)}/{len(samples)} samples failed:\n" + "\n".join(failures)
 
 
