@@ -32,6 +32,13 @@ def _spelling(name: str, variant: str) -> str:
     return f"{name}.{variant}" if variant else name
 
 
+def _case(op: Any, dtype: torch.dtype, xfail_reason: str | None) -> Any:
+    """A pytest case for one entry in one dtype, strictly xfailed with a reason."""
+    marks = [pytest.mark.xfail(reason=xfail_reason, strict=True)] if xfail_reason else []
+    test_id = f"{_spelling(op.name, op.variant_test_name)}-{str(dtype).removeprefix('torch.')}"
+    return pytest.param(op, dtype, marks=marks, id=test_id)
+
+
 def _load_claims() -> tuple[list[tuple[str, str]], set[tuple[str, str]], list[str]]:
     """(name, variant) pairs from opinfo_claims.txt (names may hold dots), those
     listed under [float32], and the spellings this torch's op_db lacks."""
@@ -106,11 +113,7 @@ def _cases() -> list[Any]:
             if dtype not in supported:
                 continue
             reason = XFAIL.get((name, variant, dtype)) or XFAIL.get((name, variant, None))
-            marks = [pytest.mark.xfail(reason=reason, strict=True)] if reason else []
-            test_id = (
-                f"{name}{'.' + variant if variant else ''}-{str(dtype).removeprefix('torch.')}"
-            )
-            cases.append(pytest.param(op, dtype, marks=marks, id=test_id))
+            cases.append(_case(op, dtype, reason))
     return cases
 
 
@@ -202,7 +205,7 @@ def test_opinfo(
     failures = run_and_tally(op, samples, dtype, lazy)
     if request.node.get_closest_marker("xfail"):
         TALLY["xfail"] += len(failures)
-    key = f"op:{op.name}{'.' + op.variant_test_name if op.variant_test_name else ''}"
+    key = f"op:{_spelling(op.name, op.variant_test_name)}"
     TALLY[key] += len(samples) - len(failures)
     assert not failures, f"{len(failures)}/{len(samples)} samples failed:\n" + "\n".join(failures)
 
@@ -226,11 +229,7 @@ def _low_precision_cases() -> list[Any]:
             if dtype not in op.supported_dtypes("cpu"):
                 continue
             reason = LOW_PRECISION_XFAIL.get((name, variant, dtype))
-            marks = [pytest.mark.xfail(reason=reason, strict=True)] if reason else []
-            test_id = (
-                f"{name}{'.' + variant if variant else ''}-{str(dtype).removeprefix('torch.')}"
-            )
-            cases.append(pytest.param(op, dtype, marks=marks, id=test_id))
+            cases.append(_case(op, dtype, reason))
     return cases
 
 
@@ -276,9 +275,7 @@ def _emulated_cases() -> list[Any]:
         if XFAIL.get((name, variant, dtype)) or XFAIL.get((name, variant, None)):
             continue
         reason = EMULATED_XFAIL.get((name, variant))
-        marks = [pytest.mark.xfail(reason=reason, strict=True)] if reason else []
-        test_id = f"{name}{'.' + variant if variant else ''}-{str(dtype).removeprefix('torch.')}"
-        cases.append(pytest.param(op, dtype, marks=marks, id=test_id))
+        cases.append(_case(op, dtype, reason))
     return cases
 
 
