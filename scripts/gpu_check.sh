@@ -29,11 +29,12 @@ PYTHON=${PYTHON:-python3}
 summary=()
 status=0
 
-step() {  # step NAME LOGFILE COMMAND...: runs, records pass/fail and seconds
-  local name=$1 log=$2
-  shift 2
+step() {  # step NAME LOGFILE LIMIT_S COMMAND...: runs, records pass/fail and seconds
+  local name=$1 log=$2 limit=$3
+  shift 3
   local start=$SECONDS
-  if "$@" >>"$OUT/$log" 2>&1; then
+  echo "== $name: $*" >>"$OUT/$log"
+  if timeout --kill-after=10 "$limit" "$@" >>"$OUT/$log" 2>&1; then
     summary+=("PASS $name ($((SECONDS - start)) s)")
   else
     summary+=("FAIL $name ($((SECONDS - start)) s, see $log)")
@@ -46,12 +47,14 @@ step() {  # step NAME LOGFILE COMMAND...: runs, records pass/fail and seconds
 'gpu', torch.cuda.get_device_name(0) if torch.cuda.is_available() else None)"
   command -v nvcc >/dev/null && nvcc --version | tail -n 1
   nproc
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv
 } >"$OUT/build.log" 2>&1
+export PYTHONUNBUFFERED=1
 
 # GoogleTest may be missing; the Python suite is what this machine is for.
 export MAX_JOBS=${MAX_JOBS:-$(nproc)}
 export LAZYFUSE_BUILD_TESTS=${LAZYFUSE_BUILD_TESTS:-OFF}
-step build build.log "$PYTHON" -m pip install --no-build-isolation --no-deps --no-index -e .
+step build build.log 420 "$PYTHON" -m pip install --no-build-isolation --no-deps --no-index -e .
 if [ "$mode" = build ] || [[ "${summary[0]}" == FAIL* ]]; then
   printf '%s\n' "${summary[@]}"
   exit $status
@@ -61,17 +64,23 @@ if [ "$mode" != bench ]; then
   export LAZYFUSE_DEVICE=cuda
   # Native fused kernels: the suite the CPU runs under emulation, the fuzzer's
   # CI set, then the parity and training tests on the CUDA backing device.
-  step "fused-kernel tests" tests.log "$PYTHON" -m pytest -q -x \
-    test/python/test_cuda_fusion.py test/python/test_fuzz.py
-  step "parity and training tests" tests.log "$PYTHON" -m pytest -q \
-    test/python/test_ops.py test/python/test_models.py test/python/test_api.py \
-    test/python/test_kernel_codegen.py
-  grep -E "passed|failed|fuzz:" "$OUT/tests.log" | tail -n 4 >"$OUT/tests_summary.txt"
+  # No -x: one call must show every failure. A hung kernel costs one test.
+  pytest_args=(-q -rfE -p no:cacheprovider)
+  if "$PYTHON" -c "import pytest_timeout" 2>/dev/null; then
+    pytest_args+=(--timeout "${GPU_CHECK_TEST_TIMEOUT:-120}")
+  fi
+  step "fused-kernel tests" tests.log "${GPU_CHECK_TESTS_LIMIT:-240}" "$PYTHON" -m pytest \
+    "${pytest_args[@]}" test/python/test_cuda_fusion.py test/python/test_fuzz.py
+  step "parity and training tests" tests.log "${GPU_CHECK_TESTS_LIMIT:-240}" "$PYTHON" -m pytest \
+    "${pytest_args[@]}" test/python/test_ops.py test/python/test_models.py \
+    test/python/test_api.py test/python/test_kernel_codegen.py
+  grep -E "^(FAILED|ERROR)|passed|failed|fuzz:" "$OUT/tests.log" | tail -n 40 >"$OUT/tests_summary.txt"
 fi
 
 if [ "$mode" != tests ]; then
-  step "fused-kernel benchmark" bench.log "$PYTHON" bench/fused_kernels.py --out "$OUT"
-  step "training-step benchmark" bench.log "$PYTHON" -m bench --quick \
+  step "fused-kernel benchmark" bench.log "${GPU_CHECK_BENCH_LIMIT:-300}" "$PYTHON" \
+    bench/fused_kernels.py --max-log2 "${GPU_CHECK_MAX_LOG2:-28}" --out "$OUT"
+  step "training-step benchmark" bench.log "${GPU_CHECK_BENCH_LIMIT:-300}" "$PYTHON" -m bench --quick \
     --cases train-mlp,train-lenet5,train-transformer,markstep-100 --out "$OUT/harness"
   # The harness writes a PNG per workload; keep its tables only.
   [ -d "$OUT/harness" ] && cp "$OUT/harness/results.md" "$OUT/training_steps.md" 2>/dev/null
