@@ -49,12 +49,21 @@ step() {  # step NAME LOGFILE LIMIT_S COMMAND...: runs, records pass/fail and se
   nproc
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv
 } >"$OUT/build.log" 2>&1
-export PYTHONUNBUFFERED=1
+export PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1
 
+# The image's default g++ (/opt/gcc) links libstdc++ statically, which gives _C
+# a second C++ runtime beside torch's (cmake/CheckSharedLibstdcxx.cmake); the
+# system compiler links the shared one.
+if [ -z "${GPU_CHECK_KEEP_CXX:-}" ] && [ -x /usr/bin/g++ ]; then
+  export CC=/usr/bin/gcc CXX=/usr/bin/g++
+fi
 # GoogleTest may be missing; the Python suite is what this machine is for.
 export MAX_JOBS=${MAX_JOBS:-$(nproc)}
 export LAZYFUSE_BUILD_TESTS=${LAZYFUSE_BUILD_TESTS:-OFF}
 step build build.log 420 "$PYTHON" -m pip install --no-build-isolation --no-deps --no-index -e .
+for so in python/lazyfuse/_C*.so; do
+  echo "$so needs: $(readelf -d "$so" 2>/dev/null | grep -o 'lib[a-z0-9_+-]*\.so[.0-9]*' | tr '\n' ' ')"
+done >>"$OUT/build.log" 2>&1
 if [ "$mode" = build ] || [[ "${summary[0]}" == FAIL* ]]; then
   printf '%s\n' "${summary[@]}"
   exit $status
@@ -68,6 +77,10 @@ if [ "$mode" != bench ]; then
   pytest_args=(-q -rfE -p no:cacheprovider)
   if "$PYTHON" -c "import pytest_timeout" 2>/dev/null; then
     pytest_args+=(--timeout "${GPU_CHECK_TEST_TIMEOUT:-120}")
+  fi
+  # Separate worker processes: a crash fails one test, not the rest of the run.
+  if "$PYTHON" -c "import xdist" 2>/dev/null; then
+    pytest_args+=(-n "${GPU_CHECK_WORKERS:-8}")
   fi
   step "fused-kernel tests" tests.log "${GPU_CHECK_TESTS_LIMIT:-240}" "$PYTHON" -m pytest \
     "${pytest_args[@]}" test/python/test_cuda_fusion.py test/python/test_fuzz.py
