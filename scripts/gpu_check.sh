@@ -93,7 +93,8 @@ fi
 if [ "$mode" != tests ]; then
   step "fused-kernel benchmark" bench.log "${GPU_CHECK_BENCH_LIMIT:-300}" "$PYTHON" \
     bench/fused_kernels.py --max-log2 "${GPU_CHECK_MAX_LOG2:-28}" --out "$OUT"
-  step "training-step benchmark" bench.log "${GPU_CHECK_BENCH_LIMIT:-300}" "$PYTHON" -m bench --quick \
+  [ -n "${GPU_CHECK_SKIP_HARNESS:-}" ] ||
+    step "training-step benchmark" bench.log "${GPU_CHECK_BENCH_LIMIT:-300}" "$PYTHON" -m bench --quick \
     --cases train-mlp,train-lenet5,train-transformer,markstep-100 --out "$OUT/harness"
   # The harness writes a PNG per workload; keep its tables only.
   [ -d "$OUT/harness" ] && cp "$OUT/harness/results.md" "$OUT/training_steps.md" 2>/dev/null

@@ -25,9 +25,10 @@ std::vector<at::Tensor> RunProgram(const Program& program, std::vector<at::Tenso
   for (const auto& constant : program.constants) {
     slots[constant.first] = constant.second;
   }
+  const c10::Device device = BackingDevice();
   for (size_t i = 0; i < program.steps.size(); ++i) {
     const Step& step = program.steps[i];
-    KernelArgs args(slots, step.inputs, step.operand_arity, step.op.c_str());
+    KernelArgs args(slots, step.inputs, step.operand_arity, step.op.c_str(), device);
     std::vector<at::Tensor> outs;
     try {
       outs = step.fn(args);

@@ -26,8 +26,16 @@ const char* StepKindName(StepKind kind) {
 KernelArgs::KernelArgs(const std::vector<at::Tensor>& slots,
                        const std::vector<BufferId>& inputs,
                        const std::vector<uint32_t>& operand_arity,
-                       const char* op)
-    : slots_(slots), inputs_(inputs), operand_arity_(operand_arity), op_(op) {}
+                       const char* op,
+                       c10::Device device)
+    : slots_(slots), inputs_(inputs), operand_arity_(operand_arity), op_(op), device_(device) {}
+
+at::Tensor KernelArgs::OnDevice(const at::Tensor& tensor) const {
+  if (device_.is_cpu() || !tensor.defined() || !tensor.is_cpu()) {
+    return tensor;
+  }
+  return tensor.to(device_);
+}
 
 const at::Tensor& KernelArgs::Next() {
   TORCH_CHECK(next_input_ < inputs_.size(),
@@ -40,7 +48,11 @@ const at::Tensor& KernelArgs::Next() {
   return slots_[inputs_[next_input_++]];
 }
 
-const at::Tensor& KernelArgs::tensor() {
+at::Tensor KernelArgs::tensor() {
+  return OnDevice(Next());
+}
+
+const at::Tensor& KernelArgs::host_tensor() {
   return Next();
 }
 
@@ -48,7 +60,7 @@ std::optional<at::Tensor> KernelArgs::optional_tensor(bool present) {
   if (!present) {
     return std::nullopt;
   }
-  return Next();
+  return OnDevice(Next());
 }
 
 std::vector<at::Tensor> KernelArgs::tensor_list() {
@@ -61,7 +73,7 @@ std::vector<at::Tensor> KernelArgs::tensor_list() {
   std::vector<at::Tensor> list;
   list.reserve(count);
   for (uint32_t i = 0; i < count; ++i) {
-    list.push_back(slots_[inputs_[next_input_++]]);
+    list.push_back(OnDevice(slots_[inputs_[next_input_++]]));
   }
   return list;
 }

@@ -31,26 +31,36 @@ struct BufferInfo {
 
 // Reads a step's inputs in schema order. Generated lowerings consume it with
 // one call per argument, so a TensorList argument takes its whole group.
+//
+// `device` is where the step's ATen kernels run. Host scalars (0-dim values
+// kept on the CPU, see LazyFuseBackendData) are tensors of the lazy device to
+// the user, so tensor arguments come on `device`: index_select, bucketize and
+// many more reject a CPU tensor beside CUDA ones. Fused kernels take scalars
+// by value and read them in place through host_tensor().
 class KernelArgs {
  public:
   KernelArgs(const std::vector<at::Tensor>& slots,
              const std::vector<BufferId>& inputs,
              const std::vector<uint32_t>& operand_arity,
-             const char* op);
+             const char* op,
+             c10::Device device = c10::Device(c10::kCPU));
 
-  const at::Tensor& tensor();
+  at::Tensor tensor();
   std::optional<at::Tensor> optional_tensor(bool present);
   std::vector<at::Tensor> tensor_list();
+  const at::Tensor& host_tensor();
   at::Scalar scalar();
   std::optional<at::Scalar> optional_scalar(bool present);
 
  private:
   const at::Tensor& Next();
+  at::Tensor OnDevice(const at::Tensor& tensor) const;
 
   const std::vector<at::Tensor>& slots_;
   const std::vector<BufferId>& inputs_;
   const std::vector<uint32_t>& operand_arity_;
   const char* op_;
+  c10::Device device_;
   size_t next_input_ = 0;
   size_t next_operand_ = 0;
 };

@@ -206,7 +206,7 @@ std::vector<at::Tensor> FusedKernel::RunAtenSteps(const std::vector<at::Tensor>&
   }
   for (size_t index : group_.steps) {
     const Step& step = program_->steps[index];
-    KernelArgs args(slots, step.inputs, step.operand_arity, step.op.c_str());
+    KernelArgs args(slots, step.inputs, step.operand_arity, step.op.c_str(), target_->device());
     std::vector<at::Tensor> outs = step.fn(args);
     for (size_t j = 0; j < outs.size(); ++j) {
       slots[step.outputs[j]] = std::move(outs[j]);
@@ -289,7 +289,7 @@ Program BuildFusedProgram(std::shared_ptr<const Program> program,
     step.fn = [kernel](KernelArgs& args) {
       std::vector<at::Tensor> inputs;
       for (size_t k = 0; k < kernel->input_count(); ++k) {
-        inputs.push_back(args.tensor());
+        inputs.push_back(args.host_tensor());
       }
       return kernel->Run(inputs);
     };

@@ -4,10 +4,10 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
-#include "program/executor.h"
 #include "ltc/node.h"
-#include "program/program.h"
 #include "ops/shape_inference.h"
+#include "program/executor.h"
+#include "program/program.h"
 
 namespace lazyfuse {
 namespace {
@@ -176,6 +176,24 @@ TEST(ShapeInferenceTest, WhereBroadcastsAndPromotes) {
   EXPECT_THROW(
       torch::lazy::compute_shape_where(at::empty({3}, at::kFloat), at::empty({3}), at::empty({3})),
       c10::Error);
+}
+
+// A host scalar beside CUDA tensors made index_select and bucketize fail on
+// a GPU; the meta device stands in for it here, since any device but the CPU
+// shows whether tensor arguments reach the step on the step's device.
+TEST(KernelArgsTest, TensorArgumentsComeOnTheStepsDevice) {
+  const std::vector<at::Tensor> slots = {at::scalar_tensor(2.0), at::ones({3})};
+  const std::vector<BufferId> inputs = {0, 1, 0, 0, 0};
+  const std::vector<uint32_t> arity = {1, 2, 1, 1};
+  KernelArgs args(slots, inputs, arity, "aten::test", c10::Device(c10::kMeta));
+  EXPECT_TRUE(args.tensor().is_meta());
+  const std::vector<at::Tensor> list = args.tensor_list();
+  EXPECT_TRUE(list[0].is_meta() && list[1].is_meta());
+  EXPECT_TRUE(args.host_tensor().is_cpu());  // fused kernels read it by value
+  EXPECT_EQ(args.scalar().toDouble(), 2.0);  // scalars never leave the host
+
+  KernelArgs on_cpu(slots, inputs, arity, "aten::test");
+  EXPECT_TRUE(on_cpu.tensor().is_same(slots[0]));
 }
 
 TEST(ShapeInferenceTest, FillAndMseLossBackwardKeepInputShape) {

@@ -26,6 +26,9 @@ def _fresh_step():
 
 
 ON_CUDA = lazyfuse.config.backing_device().type == "cuda"
+# Eager runs where lazyfuse runs: on a GPU, CUDA eager is the reference, since
+# CPU and CUDA eager differ by more than parity tolerances for some ops.
+REFERENCE_DEVICE = lazyfuse.config.backing_device().type
 # The torch the README's test command installs; generated docs and OpInfo
 # claims are written against its op_db, which older releases only partly have.
 REFERENCE_TORCH = "2.13.0"

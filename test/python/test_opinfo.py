@@ -22,7 +22,13 @@ from torch.testing._internal.opinfo.core import BinaryUfuncInfo, ReductionOpInfo
 from torch.utils._pytree import tree_flatten, tree_map
 
 import lazyfuse
-from conftest import HOST_COMPILER, ON_CUDA, ON_REFERENCE_TORCH, REFERENCE_TORCH
+from conftest import (
+    HOST_COMPILER,
+    ON_CUDA,
+    ON_REFERENCE_TORCH,
+    REFERENCE_DEVICE,
+    REFERENCE_TORCH,
+)
 from opinfo_via import VIA_OPINFO
 
 CLAIMS_FILE = Path(__file__).resolve().parent / "opinfo_claims.txt"
@@ -162,7 +168,7 @@ def run_sample(op: Any, sample: Any, lazy: torch.device) -> None:
     actual_flat, _ = tree_flatten(actual)
     for e, a in zip(expected_flat, actual_flat, strict=True):
         if isinstance(e, torch.Tensor):
-            torch.testing.assert_close(a.cpu(), e.detach(), equal_nan=True, **tolerance)
+            torch.testing.assert_close(a.cpu(), e.detach().cpu(), equal_nan=True, **tolerance)
         else:
             assert a == e
     eager_leaves = _leaves(sample)
@@ -170,7 +176,7 @@ def run_sample(op: Any, sample: Any, lazy: torch.device) -> None:
     lazy_leaves = [t for t in lazy_leaves if isinstance(t, torch.Tensor)]
     for e, a in zip(eager_leaves, lazy_leaves, strict=True):
         if e.grad is not None:
-            torch.testing.assert_close(a.grad.cpu(), e.grad, equal_nan=True, **tolerance)
+            torch.testing.assert_close(a.grad.cpu(), e.grad.cpu(), equal_nan=True, **tolerance)
     fallbacks = lazyfuse.metrics.fallback_counts()
     assert fallbacks == {}, f"fell back to eager: {fallbacks}"
 
@@ -196,7 +202,7 @@ def test_opinfo(
     op: Any, dtype: torch.dtype, lazy: torch.device, request: pytest.FixtureRequest
 ) -> None:
     grad = op.supports_autograd and dtype.is_floating_point
-    samples = list(op.sample_inputs("cpu", dtype, requires_grad=grad))
+    samples = list(op.sample_inputs(REFERENCE_DEVICE, dtype, requires_grad=grad))
     skip = SAMPLE_SKIPS.get((op.name, op.variant_test_name))
     if skip:
         kept = [sample for sample in samples if not skip[0](sample)]
@@ -237,7 +243,7 @@ def _low_precision_cases() -> list[Any]:
 def test_opinfo_low_precision(op: Any, dtype: torch.dtype, lazy: torch.device) -> None:
     """Every forward sample of each claimed pointwise and reduction entry in
     float16 and bfloat16, the dtypes mixed precision runs them in."""
-    samples = list(op.sample_inputs("cpu", dtype, requires_grad=False))
+    samples = list(op.sample_inputs(REFERENCE_DEVICE, dtype, requires_grad=False))
     skip = SAMPLE_SKIPS.get((op.name, op.variant_test_name))
     if skip:
         samples = [sample for sample in samples if not skip[0](sample)]
@@ -288,7 +294,7 @@ def test_opinfo_emulated_cuda(op: Any, dtype: torch.dtype, lazy: torch.device) -
     """The first samples of each claimed op with its fused kernels run under
     CUDA emulation: every op with a fusion rule runs as a generated kernel."""
     grad = op.supports_autograd and dtype.is_floating_point
-    samples = list(op.sample_inputs("cpu", dtype, requires_grad=grad))
+    samples = list(op.sample_inputs(REFERENCE_DEVICE, dtype, requires_grad=grad))
     skip = SAMPLE_SKIPS.get((op.name, op.variant_test_name))
     if skip:
         samples = [sample for sample in samples if not skip[0](sample)]

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 import yaml
 
 import lazyfuse
+from conftest import REFERENCE_DEVICE
 from test_opinfo import VIA_OPINFO, opinfo_entry, run_sample
 from test_random import RANDOM_OPS
 
@@ -214,7 +215,7 @@ def test_op_reached_through_opinfo(name: str, lazy: torch.device) -> None:
     kernel = f"lazy::{name.split('.')[0]}"
     dtype = torch.float32 if torch.float32 in op.supported_dtypes("cpu") else torch.int64
     grad = op.supports_autograd and dtype.is_floating_point
-    for sample in op.sample_inputs("cpu", dtype, requires_grad=grad):
+    for sample in op.sample_inputs(REFERENCE_DEVICE, dtype, requires_grad=grad):
         run_sample(op, sample, lazy)
         if lazyfuse.metrics.counter_value(kernel) > 0:
             return
@@ -229,7 +230,7 @@ def _as_tuple(out: torch.Tensor | tuple[torch.Tensor, ...]) -> tuple[torch.Tenso
 def test_op_matches_eager(name: str, lazy: torch.device) -> None:
     case = CASES[name]
     torch.manual_seed(0)
-    eager_inputs = case.inputs()
+    eager_inputs = [t.to(REFERENCE_DEVICE) for t in case.inputs()]
     lazy_inputs = [t.to(lazy) for t in eager_inputs]
     needs_grad = [case.grad and t.is_floating_point() for t in eager_inputs]
     for tensors in (eager_inputs, lazy_inputs):
@@ -248,10 +249,10 @@ def test_op_matches_eager(name: str, lazy: torch.device) -> None:
 
     for e, z in zip(eager_out, lazy_out, strict=True):
         assert z.device.type == "lazy"
-        torch.testing.assert_close(z.cpu(), e.detach())
+        torch.testing.assert_close(z.cpu(), e.detach().cpu())
     for e, z in zip(eager_inputs, lazy_inputs, strict=True):
         if e.grad is not None:
-            torch.testing.assert_close(z.grad.cpu(), e.grad)
+            torch.testing.assert_close(z.grad.cpu(), e.grad.cpu())
     if differentiable:
         assert any(e.grad is not None for e in eager_inputs)
 
