@@ -98,6 +98,11 @@ TOLERANCES: dict[tuple[str, str], dict[str, float]] = {
     # The gradient sums over broadcast dims; a fused reduction (emulated CUDA)
     # adds in another order than ATen's CPU sum.
     ("kron", ""): {"atol": 1e-4, "rtol": 1e-4},
+    # The gradient divides by 1 - x^2. A fused CUDA kernel contracts x * x and
+    # the subtraction into one FMA (as Triton does); eager rounds the product
+    # first. Near |x| = 1 the cancellation turns that ulp into 3.6e-6 relative
+    # (seen on an H100, 2026-11-23).
+    ("atanh", ""): {"atol": 1e-4, "rtol": 1e-5},
 }
 
 DTYPES = [torch.float32, torch.float64, torch.int64, torch.int32, torch.uint8, torch.bool]
