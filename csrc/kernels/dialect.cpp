@@ -13,6 +13,8 @@ namespace {
 constexpr const char* kCudaTarget = R"CUDA(
 typedef unsigned short lf_half;
 typedef unsigned short lf_bf16;
+// CUDA eager's pow(x, 3) and pow(x, -2) on half round every product.
+#define LF_HALF_POW_ROUNDS_EACH_PRODUCT 1
 #define LF_INF (__int_as_float(0x7f800000))
 #define LF_DINF (__longlong_as_double(0x7ff0000000000000LL))
 
@@ -94,6 +96,22 @@ template <typename T> __device__ __forceinline__ T lf_pow_scalar(T x, T e) {
   if (e == (T)-1) return (T)1 / x;
   if (e == (T)-2) return (T)1 / (x * x);
   return lf_pow(x, e);
+}
+// ATen's pow(x, 3) and pow(x, -2) multiply in the storage type when it is
+// bfloat16, rounding each product: on the CPU and on CUDA. For half, CUDA
+// eager does so too, while CPU eager computes in float and rounds once; each
+// target's prelude says which eager it matches (LF_HALF_POW_ROUNDS_EACH_PRODUCT).
+__device__ __forceinline__ float lf_pow_scalar_bf16(float x, float e) {
+  if (e == 3.f) return lf_round_bf16(x * x) * x;
+  if (e == -2.f) return 1.f / lf_round_bf16(x * x);
+  return lf_pow_scalar(x, e);
+}
+__device__ __forceinline__ float lf_pow_scalar_half(float x, float e) {
+#if LF_HALF_POW_ROUNDS_EACH_PRODUCT
+  if (e == 3.f) return lf_round_half(x * x) * x;
+  if (e == -2.f) return 1.f / lf_round_half(x * x);
+#endif
+  return lf_pow_scalar(x, e);
 }
 // ATen's floor division of floats: through fmod, so that 1.0 // 0.1 is 9
 // (floor(1.0 / 0.1) would give 10).

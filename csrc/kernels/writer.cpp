@@ -39,18 +39,26 @@ std::string AttrLiteral(const Step& step, const std::string& name) {
   TORCH_CHECK(false, "lazyfuse: attribute ", name, " of ", step.qualified_op(), " is not a number");
 }
 
-// Substitutes $k, $rk, $T and @name in a pointwise rule's expression.
+// Names a helper's variant for values stored as half or bfloat16, whose
+// eager kernels round intermediate results to that type.
+const char* StorageSuffix(at::ScalarType dtype) {
+  return dtype == at::kHalf ? "_half" : dtype == at::kBFloat16 ? "_bf16" : "";
+}
+
+// Substitutes $k, $rk, $T, $S (the output's StorageSuffix) and @name in a
+// pointwise rule's expression.
 std::string RenderExpression(const std::string& expr,
                              const std::vector<std::string>& raw,
                              const std::string& compute_type,
+                             at::ScalarType out_dtype,
                              const Step& step) {
   std::string out;
   for (size_t i = 0; i < expr.size(); ++i) {
     const char c = expr[i];
     if (c == '$' && i + 1 < expr.size()) {
       const char next = expr[i + 1];
-      if (next == 'T') {
-        out += compute_type;
+      if (next == 'T' || next == 'S') {
+        out += next == 'T' ? compute_type : StorageSuffix(out_dtype);
         ++i;
         continue;
       }
@@ -378,10 +386,10 @@ std::string KernelWriter::Compute(const Step& step, BufferId id, KernelIndex ind
     inputs.push_back(used ? Value(input, Broadcast(index, program_.buffers[input].sizes))
                           : std::string());
   }
-  const std::string compute_type = RegisterTypeName(rule->compute);
   const at::ScalarType out = program_.buffers[id].dtype;
   const std::string out_type = RegisterTypeName(out);
-  const std::string expr = RenderExpression(rule->expr, inputs, compute_type, step);
+  const std::string expr =
+      RenderExpression(rule->expr, inputs, RegisterTypeName(rule->compute), out, step);
   const std::string var = NewVar("v");
   Line("const " + out_type + " " + var + " = " +
        RoundToDtype(out, "(" + out_type + ")(" + expr + ")") + ";  // " + step.qualified_op());
