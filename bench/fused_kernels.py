@@ -205,11 +205,29 @@ def main() -> int:
     parser.add_argument("--max-log2", type=int, default=28)
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
+    parser.add_argument(
+        "--profile-workload",
+        choices=sorted(WORKLOADS),
+        help="only run this workload's lazyfuse step a few times at 2^max-log2 elements,"
+        " for a profiler such as ncu to read its kernels",
+    )
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("bench/fused_kernels.py needs a CUDA GPU; none is visible to torch.")
         return 0
     import lazyfuse
+
+    if args.profile_workload:
+        fn = WORKLOADS[args.profile_workload]
+        numel = 1 << args.max_log2
+        x = torch.randn(shape_for(args.profile_workload, numel), device=lazyfuse.lazy_device())
+        lazyfuse.mark_step()
+        for _ in range(5):
+            out = fn(x)
+            lazyfuse.mark_step()
+        lazyfuse.wait_device_ops()
+        print(f"ran {args.profile_workload} at 2^{args.max_log2}: {tuple(out.shape)}")
+        return 0
 
     kernels = bench_kernels(args.max_log2, args.reps)
     launches = training_launches()

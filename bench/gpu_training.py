@@ -1,0 +1,209 @@
+"""Training steps on a GPU, side by side: what issue "On a real GPU" asks that
+bench/fused_kernels.py does not measure.
+
+    python bench/gpu_training.py [--steps 20] [--out bench/results]
+    python bench/gpu_training.py --smoke       # CPU, tiny: checks the script runs
+
+For the MLP, LeNet-5 and Transformer setups of bench/models.py it reports
+steps per second and kernels launched per step for eager, torch.compile
+(default and reduce-overhead; the model and loss compiled, the optimizer
+eager) and lazyfuse; the peak CUDA memory of an Adam step on a 100M-parameter
+MLP, eager next to lazyfuse; and the host µs of a cache-hit mark_step of a
+100-op graph. Writes gpu_training.json and gpu_training.md. Timings belong
+here, never in tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.models import MODELS, TrainingSetup  # noqa: E402
+
+ENGINES = ("eager", "compile", "compile-reduce-overhead", "lazyfuse")
+
+
+def make_step(setup: TrainingSetup, engine: str, device: torch.device) -> Callable[[], None]:
+    import lazyfuse
+
+    on = lazyfuse.lazy_device() if engine == "lazyfuse" else device
+    torch.manual_seed(0)
+    model = setup.make_model().to(on)
+    optimizer = setup.make_optimizer(list(model.parameters()))
+    x, y = (t.to(on) for t in setup.batches(1)[0])
+
+    def loss_of(inputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(model(inputs), labels)
+
+    if engine.startswith("compile"):
+        mode = "reduce-overhead" if engine.endswith("reduce-overhead") else "default"
+        loss_of = torch.compile(loss_of, mode=mode)
+
+    def step() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        loss_of(x, y).backward()
+        optimizer.step()
+        if engine == "lazyfuse":
+            lazyfuse.mark_step()
+
+    return step
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    else:
+        import lazyfuse
+
+        lazyfuse.wait_device_ops()
+
+
+def steps_per_second(step: Callable[[], None], steps: int, device: torch.device) -> float:
+    for _ in range(3):
+        step()
+    synchronize(device)
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    synchronize(device)
+    return steps / (time.perf_counter() - start)
+
+
+def kernels_per_step(step: Callable[[], None]) -> int:
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+    return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+
+
+def bench_training(device: torch.device, engines: tuple[str, ...], steps: int) -> list[dict]:
+    rows = []
+    for name, setup in MODELS.items():
+        for engine in engines:
+            row: dict[str, object] = {"model": name, "engine": engine}
+            try:
+                step = make_step(setup, engine, device)
+                row["steps/s"] = steps_per_second(step, steps, device)
+                if device.type == "cuda":
+                    row["kernels/step"] = kernels_per_step(step)
+            except Exception as error:  # noqa: BLE001 - one engine's failure is a result
+                row["error"] = f"{type(error).__name__}: {str(error)[:200]}"
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    return rows
+
+
+def adam_peak_memory(width: int, layers: int) -> dict[str, object]:
+    """Peak CUDA bytes of the second Adam step (state already allocated)."""
+    import lazyfuse
+
+    result: dict[str, object] = {"parameters": layers * (width * width + width)}
+    for engine in ("eager", "lazyfuse"):
+        on = lazyfuse.lazy_device() if engine == "lazyfuse" else torch.device("cuda")
+        model = nn.Sequential(*[nn.Linear(width, width) for _ in range(layers)]).to(on)
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
+        x = torch.randn(64, width, device=on)
+        for attempt in range(2):
+            if attempt == 1:
+                torch.cuda.synchronize()
+                torch.cuda.reset_peak_memory_stats()
+            optimizer.zero_grad(set_to_none=True)
+            model(x).square().mean().backward()
+            optimizer.step()
+            if engine == "lazyfuse":
+                lazyfuse.mark_step()
+        torch.cuda.synchronize()
+        result[f"{engine} peak MiB"] = torch.cuda.max_memory_allocated() / 2**20
+        del model, optimizer, x
+        if engine == "lazyfuse":
+            lazyfuse.mark_step()
+        torch.cuda.empty_cache()
+    return result
+
+
+def cache_hit_mark_step_us(nodes: int, rounds: int) -> float:
+    """Host µs of mark_step for a graph already compiled: hashing, cache
+    lookup, binding and launching, not the device's run time."""
+    import lazyfuse
+
+    x = torch.randn(16, device=lazyfuse.lazy_device())
+    lazyfuse.mark_step()
+    samples = []
+    for _ in range(rounds + 3):
+        y = x
+        for k in range(nodes):
+            y = y * 1.0001 if k % 2 else y + 0.5
+        start = time.perf_counter()
+        lazyfuse.mark_step()
+        samples.append(time.perf_counter() - start)
+        lazyfuse.wait_device_ops()
+        del y
+    return statistics.median(samples[3:]) * 1e6
+
+
+def markdown(meta: dict, rows: list[dict], memory: dict | None, mark_step_us: float) -> str:
+    lines = [f"{meta}", "", "| model | engine | steps/s | kernels/step |", "|---|---|---:|---:|"]
+    for r in rows:
+        rate = f"{r['steps/s']:.1f}" if "steps/s" in r else r.get("error", "")
+        lines.append(f"| {r['model']} | {r['engine']} | {rate} | {r.get('kernels/step', '')} |")
+    if memory:
+        lines += ["", "| Adam step, parameters | eager peak MiB | lazyfuse peak MiB |"]
+        lines += ["|---:|---:|---:|"]
+        lines.append(
+            f"| {memory['parameters']:,} | {memory['eager peak MiB']:.0f} "
+            f"| {memory['lazyfuse peak MiB']:.0f} |"
+        )
+    lines += ["", f"cache-hit mark_step of a 100-op graph: {mark_step_us:.1f} host µs"]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--out", type=Path, default=Path("bench/results"))
+    parser.add_argument("--smoke", action="store_true", help="CPU, eager and lazyfuse, 2 steps")
+    args = parser.parse_args()
+    import lazyfuse
+
+    if args.smoke:
+        device, engines, steps = torch.device("cpu"), ("eager", "lazyfuse"), 2
+    elif torch.cuda.is_available():
+        device, engines, steps = torch.device("cuda"), ENGINES, args.steps
+    else:
+        print("bench/gpu_training.py needs a CUDA GPU (or --smoke); none is visible to torch.")
+        return 0
+    meta = {
+        "torch": torch.__version__,
+        "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+        "backing": lazyfuse._C._backing_device(),
+        "steps": steps,
+    }
+    rows = bench_training(device, engines, steps)
+    memory = adam_peak_memory(4096, 6) if device.type == "cuda" else None
+    mark_step_us = cache_hit_mark_step_us(100, 3 if args.smoke else 50)
+    args.out.mkdir(parents=True, exist_ok=True)
+    report = {"meta": meta, "training": rows, "adam_memory": memory, "mark_step_us": mark_step_us}
+    (args.out / "gpu_training.json").write_text(json.dumps(report, indent=2))
+    table = markdown(meta, rows, memory, mark_step_us)
+    (args.out / "gpu_training.md").write_text(table)
+    print(table)
+    return 1 if any("error" in r for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
