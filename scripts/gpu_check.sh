@@ -17,6 +17,13 @@
 #   GPU_CHECK_MAX_LOG2 (largest benchmark size), GPU_CHECK_HARNESS=1 (also
 #   run python -m bench, minutes long).
 # Seen on an H100 (2026-11-23): the build takes 2 minutes on 16 cores.
+#
+# The GPU image lacks expecttest, which torch's OpInfo database imports, and
+# has no network. Bring it as a wheel in an ignored folder carried with the
+# call (echo /.gpu/ >> .git/info/exclude), fetched on the CPU machine with
+#   pip download --no-deps --only-binary=:all: --python-version 3.12 -d .gpu expecttest
+# and start the device command with
+#   pip install -q --no-index --no-deps --target /tmp/site .gpu/*.whl && export PYTHONPATH=/tmp/site
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
