@@ -29,6 +29,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.fused_kernels import count_kernels  # noqa: E402
 from bench.models import MODELS, TrainingSetup  # noqa: E402
 
 ENGINES = ("eager", "compile", "compile-reduce-overhead", "lazyfuse")
@@ -80,15 +81,6 @@ def steps_per_second(step: Callable[[], None], steps: int, device: torch.device)
     return steps / (time.perf_counter() - start)
 
 
-def kernels_per_step(step: Callable[[], None]) -> int:
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        step()
-        torch.cuda.synchronize()
-    return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
-
-
 def bench_training(device: torch.device, engines: tuple[str, ...], steps: int) -> list[dict]:
     rows = []
     for name, setup in MODELS.items():
@@ -98,7 +90,7 @@ def bench_training(device: torch.device, engines: tuple[str, ...], steps: int) -
                 step = make_step(setup, engine, device)
                 row["steps/s"] = steps_per_second(step, steps, device)
                 if device.type == "cuda":
-                    row["kernels/step"] = kernels_per_step(step)
+                    row["kernels/step"] = count_kernels(step)
             except Exception as error:  # noqa: BLE001 - one engine's failure is a result
                 row["error"] = f"{type(error).__name__}: {str(error)[:200]}"
             rows.append(row)
