@@ -281,6 +281,12 @@ class Planner {
     }
   }
 
+  bool OnlyViews(const FusionGroup& group) const {
+    return std::all_of(group.steps.begin(), group.steps.end(), [&](size_t s) {
+      return RoleOf(program_.steps[s], program_) == Role::kView;
+    });
+  }
+
   FusionPlan Finish() {
     std::vector<int> group_of(program_.buffers.size(), -1);
     std::vector<int> final_index(groups_.size(), -1);
@@ -296,6 +302,9 @@ class Planner {
     FusionPlan plan;
     for (size_t g : order) {
       final_index[g] = static_cast<int>(plan.groups.size());
+      if (groups_[g].kind == GroupKind::kPointwise && OnlyViews(groups_[g])) {
+        groups_[g].kind = GroupKind::kView;
+      }
       plan.groups.push_back(std::move(groups_[g]));
     }
     for (size_t g = 0; g < plan.groups.size(); ++g) {
@@ -354,13 +363,15 @@ const char* GroupKindName(GroupKind kind) {
       return "pointwise";
     case GroupKind::kReduction:
       return "reduction";
+    case GroupKind::kView:
+      return "view";
   }
   return "unknown";
 }
 
 size_t FusionPlan::FusedGroupCount() const {
   return std::count_if(groups.begin(), groups.end(), [](const FusionGroup& group) {
-    return group.kind != GroupKind::kAten;
+    return group.kind == GroupKind::kPointwise || group.kind == GroupKind::kReduction;
   });
 }
 
@@ -386,7 +397,7 @@ std::string FusionPlan::ToString(const Program& program) const {
   for (size_t g = 0; g < groups.size(); ++g) {
     const FusionGroup& group = groups[g];
     out << "  group " << g << " [" << GroupKindName(group.kind);
-    if (group.kind != GroupKind::kAten) {
+    if (group.kind == GroupKind::kPointwise || group.kind == GroupKind::kReduction) {
       out << " " << shape(group.domain);
     }
     out << "]:";

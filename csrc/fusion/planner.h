@@ -16,6 +16,10 @@ enum class GroupKind {
   kAten,       // one step, run as its ATen call
   kPointwise,  // pointwise steps and views, one thread per element of `domain`
   kReduction,  // one reduction with its pointwise prologue and epilogue
+  // Views alone: run as aliases of their inputs, never as a copy kernel.
+  // Consumers read the aliased strides (fused kernels bind them, cuBLAS
+  // takes transposes), so a transpose or reshape costs nothing.
+  kView,
 };
 
 const char* GroupKindName(GroupKind kind);
@@ -38,6 +42,7 @@ struct FusionGroup {
 struct FusionPlan {
   std::vector<FusionGroup> groups;  // in execution order
 
+  // Groups that launch a kernel: pointwise and reduction groups.
   size_t FusedGroupCount() const;
   std::string ToString(const Program& program) const;
 };

@@ -257,7 +257,10 @@ KernelSource GenerateKernel(const Program& program,
                             const FusionGroup& group,
                             const KernelSignature& signature,
                             const KernelDialect& dialect) {
-  TORCH_CHECK(group.kind != GroupKind::kAten, "lazyfuse: an ATen group has no kernel");
+  TORCH_CHECK(group.kind == GroupKind::kPointwise || group.kind == GroupKind::kReduction,
+              "lazyfuse: a ",
+              GroupKindName(group.kind),
+              " group has no kernel");
   TORCH_CHECK(signature.inputs.size() == group.inputs.size(),
               "lazyfuse: kernel signature binds ",
               signature.inputs.size(),

@@ -7,6 +7,7 @@
 #include <atomic>
 
 #include "kernels/writer.h"
+#include "runtime/view_group.h"
 
 namespace lazyfuse {
 namespace {
@@ -275,6 +276,10 @@ Program BuildFusedProgram(std::shared_ptr<const Program> program,
   for (const FusionGroup& group : plan.groups) {
     if (group.kind == GroupKind::kAten) {
       out.steps.push_back(program->steps[group.steps.front()]);
+      continue;
+    }
+    if (group.kind == GroupKind::kView) {
+      out.steps.push_back(ViewGroupStep(*program, group));
       continue;
     }
     auto kernel = std::make_shared<FusedKernel>(program, group, target, strict);

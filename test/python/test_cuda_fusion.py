@@ -126,6 +126,49 @@ def test_adam_step_is_one_kernel_per_parameter() -> None:
     assert "aten::addcdiv" in lazyfuse.debug.fusion_plan()
 
 
+VIEW_CASES: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "permute": lambda a: a.permute(2, 0, 1),
+    "strided_slice": lambda a: a[:, 1:4:2],
+    "select": lambda a: a.select(1, 2),
+    "expand": lambda a: a[0].expand(3, 5, 4),
+    "transpose_then_flatten": lambda a: a.transpose(0, 1).reshape(30, 4),
+    "unsqueeze": lambda a: a.unsqueeze(1),
+}
+
+
+@pytest.mark.parametrize("case", sorted(VIEW_CASES))
+def test_views_alias_instead_of_launching(case: str) -> None:
+    # A graph of views alone launches no kernel, and its results (copied out
+    # of the alias when strided) hold eager's values; so do kernels and
+    # matmuls that read the aliases' strides.
+    view = VIEW_CASES[case]
+    a = torch.randn(6, 5, 4)
+    lazy_a = a.to(lazyfuse.lazy_device())
+    lazyfuse.mark_step()
+    before = launches()
+    got = view(lazy_a)
+    lazyfuse.mark_step()
+    assert launches() == before
+    assert "[view]" in lazyfuse.debug.fusion_plan()
+    torch.testing.assert_close(got.cpu(), view(a))
+    check(lambda t: view(t).exp() * 2, a)
+    check(lambda t: view(t).sum(-1), a, atol=1e-5, rtol=1e-5)
+    cols = view(a).shape[-1]
+    check(lambda t: view(t).flatten(0, -2) @ torch.ones(cols, 3, device=t.device), a)
+
+
+def test_linear_gelu_runs_one_kernel() -> None:
+    x, w, b, r = torch.randn(8, 16), torch.randn(32, 16), torch.randn(32), torch.randn(8, 32)
+    fn = lambda *t: F.gelu(F.linear(t[0], t[1], t[2])) * 0.5 + t[3]  # noqa: E731
+    lazy = [t.to(lazyfuse.lazy_device()) for t in (x, w, b, r)]
+    lazyfuse.mark_step()
+    before = launches()
+    got = fn(*lazy)
+    lazyfuse.mark_step()
+    assert launches() - before == 1
+    torch.testing.assert_close(got.cpu(), fn(x, w, b, r), atol=1e-5, rtol=1.3e-6)
+
+
 def test_fused_kernels_are_inspectable() -> None:
     x = torch.randn(128, device=lazyfuse.lazy_device())
     y = gelu_chain(x)

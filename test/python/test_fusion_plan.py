@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import lazyfuse
 from fusion_graphs import GRAPHS, parse_plan
@@ -28,7 +29,7 @@ ADAM_OPS = [
 # The fused groups of each graph, in order. The randn calls that make the
 # inputs stay ATen groups and are left out here.
 EXPECTED_FUSED = {
-    "mlp_layer": [("pointwise", ["aten::t_copy"]), ("pointwise", ["aten::relu"])],
+    "mlp_layer": [("view", ["aten::t_copy"]), ("pointwise", ["aten::relu"])],
     "softmax": [("reduction", ["aten::mul.Tensor", "aten::_softmax"])],
     "layer_norm": [("reduction", ["aten::native_layer_norm"])],
     "gelu_chain": [
@@ -133,3 +134,62 @@ def test_last_plan_after_mark_step(lazy: torch.device) -> None:
     lazyfuse.mark_step()
     assert "aten::add.Tensor aten::relu" in lazyfuse.debug.fusion_plan()
     assert y.cpu().min() >= 0
+
+
+# Ops the planner treats as views (fusion/rules.cpp ViewRuleFor).
+VIEW_OPS = {
+    "aten::view_copy",
+    "aten::_unsafe_view",
+    "aten::alias_copy",
+    "aten::detach_copy",
+    "aten::unsqueeze_copy",
+    "aten::squeeze_copy",
+    "aten::squeeze_copy.dim",
+    "aten::squeeze_copy.dims",
+    "aten::expand_copy",
+    "aten::permute_copy",
+    "aten::t_copy",
+    "aten::transpose_copy.int",
+    "aten::slice_copy.Tensor",
+    "aten::select_copy.int",
+}
+
+
+def _training_step_plan(model: torch.nn.Module, x: torch.Tensor) -> list[tuple[str, list[str]]]:
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    lazyfuse.mark_step()
+    opt.zero_grad()
+    model(x).square().mean().backward()
+    opt.step()
+    lazyfuse.mark_step()
+    return parse_plan(lazyfuse.debug.fusion_plan())
+
+
+@pytest.mark.parametrize("name", ["mlp", "transformer"])
+def test_training_step_launches_no_view_only_kernel(name: str, lazy: torch.device) -> None:
+    torch.manual_seed(0)
+    if name == "mlp":
+        model = torch.nn.Sequential(
+            torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10)
+        )
+        x = torch.randn(16, 64)
+    else:
+        model = torch.nn.TransformerEncoderLayer(32, 4, 64, batch_first=True, dropout=0.0)
+        x = torch.randn(4, 8, 32)
+    groups = _training_step_plan(model.to(lazy), x.to(lazy))
+    kernels = [ops for kind, ops in groups if kind in ("pointwise", "reduction")]
+    view_only = [ops for ops in kernels if set(ops) <= VIEW_OPS]
+    assert view_only == [], f"view-only kernels: {view_only}"
+    # The transposes of forward and backward are still there, as aliases.
+    assert any(kind == "view" for kind, _ in groups), groups
+
+
+def test_linear_gelu_is_one_aten_call_and_one_kernel(lazy: torch.device) -> None:
+    x, w, b, r = (torch.randn(s, device=lazy) for s in ((8, 16), (32, 16), (32,), (8, 32)))
+    lazyfuse.mark_step()
+    y = F.gelu(F.linear(x, w, b)) * 0.5 + r
+    groups = [g for g in parse_plan(lazyfuse.debug.fusion_plan([y])) if g[0] != "view"]
+    assert groups == [
+        ("aten", ["aten::addmm"]),
+        ("pointwise", ["aten::gelu", "aten::mul.Tensor", "aten::add.Tensor"]),
+    ]

@@ -6,6 +6,7 @@
 #include "kernels/codegen.h"
 #include "runtime/cuda/loader.h"
 #include "runtime/cuda/nvrtc.h"
+#include "runtime/view_group.h"
 
 namespace lazyfuse {
 
@@ -27,11 +28,18 @@ std::vector<KernelCompileRecord> CompileFusedKernels(
   const bool have_nvrtc = NvrtcAvailable(&nvrtc);
   std::vector<KernelCompileRecord> records;
   const FusionPlan plan = PlanFusion(program);
+  const auto view_strides = PredictedViewStrides(program, plan);
   for (const FusionGroup& group : plan.groups) {
-    if (group.kind == GroupKind::kAten) {
+    if (group.kind == GroupKind::kAten || group.kind == GroupKind::kView) {
       continue;
     }
-    const KernelSignature signature = PredictedSignature(program, group, host_scalar_parameters);
+    KernelSignature signature = PredictedSignature(program, group, host_scalar_parameters);
+    for (size_t k = 0; k < group.inputs.size(); ++k) {
+      const auto it = view_strides.find(group.inputs[k]);
+      if (it != view_strides.end() && signature.inputs[k].kind == InputBinding::Kind::kTensor) {
+        signature.inputs[k].strides = it->second;
+      }
+    }
     const KernelSource source = GenerateKernel(program, group, signature, CudaDialect());
     KernelCompileRecord record;
     record.name = source.name;
