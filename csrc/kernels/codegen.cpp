@@ -94,6 +94,18 @@ std::string Parameters(const Program& program,
   return joined;
 }
 
+// A split reduction's partials and per-row counters, after the outputs.
+std::string WorkspaceParameters(KernelSource& out, const KernelDialect& dialect) {
+  if (out.partials == 0) {
+    return "";
+  }
+  const std::string restrict_ = dialect.restrict_qualifier;
+  out.parameter_types.push_back(out.partial_bytes == 8 ? "double*" : "float*");
+  out.parameter_types.push_back("unsigned int*");
+  return ", " + out.parameter_types[out.parameter_types.size() - 2] + " " + restrict_ +
+         " lf_partials, unsigned int* " + restrict_ + " lf_counters";
+}
+
 const char* VectorTypeFor(int bytes) {
   switch (bytes) {
     case 16:
@@ -275,14 +287,15 @@ KernelSource GenerateKernel(const Program& program,
   const std::string body = group.kind == GroupKind::kPointwise
                                ? PointwiseKernel(program, group, signature, dialect, out).Body()
                                : ReductionKernelBody(program, group, signature, dialect, out);
+  // Parameter types are recorded in order: the tensors', then the workspace's.
+  const std::string params = Parameters(program, group, signature, dialect, out.parameter_types);
+  const std::string workspace = WorkspaceParameters(out, dialect);
   out.source = std::string("// lazyfuse ") + dialect.name + " kernel: ";
   for (size_t i = 0; i < out.ops.size(); ++i) {
     out.source += (i ? ", " : "") + out.ops[i];
   }
   out.source += "\n" + std::string(dialect.prelude) + kVectorTypes + "\n" + dialect.kernel_prefix +
-                "void " + out.name + "(" +
-                Parameters(program, group, signature, dialect, out.parameter_types) + ") {\n" +
-                body + "}\n";
+                "void " + out.name + "(" + params + workspace + ") {\n" + body + "}\n";
   return out;
 }
 

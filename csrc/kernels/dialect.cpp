@@ -41,6 +41,18 @@ template <typename V, typename T> __device__ __forceinline__ V lf_vload(const T*
 template <typename V, typename T> __device__ __forceinline__ void lf_vstore(T* p, V v) {
   *reinterpret_cast<V*>(p) = v;
 }
+// Split reductions: a block stores its partial, makes it visible device-wide,
+// then counts itself in; the block that sees the last count reads every
+// partial past its own L1 (volatile), as CUDA's threadFenceReduction does.
+template <typename T, typename I>
+__device__ __forceinline__ unsigned int lf_publish(T* partials, I slot, T v, unsigned int* counter) {
+  partials[slot] = v;
+  __threadfence();
+  return atomicAdd(counter, 1u);
+}
+template <typename T, typename I> __device__ __forceinline__ T lf_ld_published(const T* p, I i) {
+  return *(const volatile T*)(p + i);
+}
 )CUDA";
 
 // Written once for every target: each target's prelude defines CUDA's

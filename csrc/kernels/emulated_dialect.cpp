@@ -22,8 +22,8 @@ constexpr const char* kEmulatedTarget = R"CPP(
 #define blockIdx (lf_dim3{lf_env->block_x, 0u, 0u})
 #define blockDim (lf_dim3{lf_env->block_dim_x, 1u, 1u})
 #define gridDim (lf_dim3{lf_env->grid_dim_x, 1u, 1u})
-// Emulated kernels are checked against CPU eager, whose pow(x, 3) on half
-// rounds once (see lf_pow_scalar_half).
+  // Emulated kernels are checked against CPU eager, whose pow(x, 3) on half
+  // rounds once (see lf_pow_scalar_half).
 #define LF_HALF_POW_ROUNDS_EACH_PRODUCT 0
 #define __global__
 #define __device__
@@ -110,6 +110,17 @@ constexpr const char* kEmulatedTarget = R"CPP(
   inline void lf_vstore(T* p, V v) {
     lf_env->check(lf_env->ctx, p, sizeof(V), LF_EMU_WRITE | LF_EMU_VECTOR);
     memcpy(p, &v, sizeof(V));
+  }
+  template <typename T, typename I>
+  inline unsigned int lf_publish(T* partials, I slot, T v, unsigned int* counter) {
+    lf_st(partials, slot, v);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    lf_env->check(lf_env->ctx, counter, sizeof(unsigned int), LF_EMU_WRITE);
+    return __atomic_fetch_add(counter, 1u, __ATOMIC_SEQ_CST);
+  }
+  template <typename T, typename I>
+  inline T lf_ld_published(const T* p, I i) {
+    return lf_ld(p, i);
   }
 )CPP";
 

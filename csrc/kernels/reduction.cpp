@@ -5,6 +5,12 @@
 // reduction, then the row's results and the per-element outputs are written.
 // Rows whose reduced dims are innermost get a block each (warp shuffles and a
 // block reduction); other rows get a thread each with a serial loop.
+//
+// A few long rows would leave most of a GPU idle (x.sum() is one row), so a
+// sum, mean, amax or amin over few rows is split: each block reduces a chunk
+// of a row and publishes its partial, and the block that finishes a row's
+// last chunk combines the partials in chunk order (deterministic) and writes
+// the row's results. One launch, no second kernel.
 
 #include <ATen/Functions.h>
 #include <c10/util/Exception.h>
@@ -19,6 +25,12 @@
 
 namespace lazyfuse {
 namespace {
+
+// Splitting aims at this many blocks: at least 2 per SM on GPUs of up to 512
+// SMs. A chunk is never shorter than kMinChunkColumns.
+constexpr int64_t kSplitTargetBlocks = 1024;
+constexpr int64_t kMinChunkColumns = 2048;
+constexpr int kSplitBlockSize = 512;
 
 class ReductionKernel {
  public:
@@ -49,6 +61,8 @@ class ReductionKernel {
     inner_ = !rule_.dims.empty() && rule_.dims.back() == static_cast<int64_t>(shape.size()) - 1 &&
              rule_.dims.front() == static_cast<int64_t>(shape.size() - rule_.dims.size());
     block_ = inner_ && cols_ >= 32;
+    chunks_ = SplitChunks();
+    chunk_cols_ = (cols_ + chunks_ - 1) / chunks_;
     // sum(x, dtype=torch.float64) of a float tensor accumulates in double.
     const at::ScalarType in_dtype = program.buffers[step_.inputs[0]].dtype;
     const at::ScalarType out_dtype = program.buffers[step_.outputs[0]].dtype;
@@ -60,7 +74,9 @@ class ReductionKernel {
     out_.launch = block_ ? LaunchShape::kBlockPerRow : LaunchShape::kThreadPerRow;
     out_.work_items = rows_;
     out_.block_size = block_ ? BlockSize() : 128;
-    if (block_) {
+    if (split()) {
+      OpenSplitLoop();
+    } else if (block_) {
       w_.Line("__shared__ " + acc_ + " lf_smem[32];");
       w_.Open("for (" + idx_ + " row = " + dialect_.block_index + "; row < " +
               std::to_string(rows_) + "; row += " + dialect_.grid_size + ")");
@@ -73,11 +89,77 @@ class ReductionKernel {
     KernelIndex kept{kept_shape_, "row", {}};
     row_dims_ = kept_shape_.empty() ? std::vector<std::string>{} : w_.Dims(kept);
     EmitPhases();
+    if (split()) {
+      w_.Close();                                    // if (lf_last)
+      w_.Line(std::string(dialect_.barrier) + ";");  // lf_last is rewritten next chunk
+    }
     w_.Close();
     return w_.text();
   }
 
  private:
+  using Update = std::function<std::string(const std::string&, const std::string&)>;
+
+  bool split() const {
+    return chunks_ > 1;
+  }
+
+  int64_t SplitChunks() const {
+    const bool row_results = rule_.kind == ReductionKind::kSum ||
+                             rule_.kind == ReductionKind::kMean ||
+                             rule_.kind == ReductionKind::kMax || rule_.kind == ReductionKind::kMin;
+    if (!block_ || !row_results || rows_ == 0) {
+      return 1;
+    }
+    const int64_t wanted = (kSplitTargetBlocks + rows_ - 1) / rows_;
+    const int64_t most = cols_ / kMinChunkColumns;
+    return std::max<int64_t>(1, std::min(wanted, most));
+  }
+
+  // One iteration per (row, chunk); `row` and the chunk's columns
+  // [lf_begin, lf_end) are what the phases read.
+  void OpenSplitLoop() {
+    const int64_t items = rows_ * chunks_;
+    out_.work_items = items;
+    out_.block_size = kSplitBlockSize;
+    out_.partials = items;
+    out_.partial_bytes = acc_ == "double" ? 8 : 4;
+    out_.counters = rows_;
+    w_.Line("__shared__ " + acc_ + " lf_smem[32];");
+    w_.Line("__shared__ bool lf_last;");
+    w_.Open("for (" + idx_ + " lf_item = " + dialect_.block_index + "; lf_item < " +
+            std::to_string(items) + "; lf_item += " + dialect_.grid_size + ")");
+    w_.Line("const " + idx_ + " row = lf_item / " + std::to_string(chunks_) + ";");
+    w_.Line("const " + idx_ + " lf_begin = (lf_item % " + std::to_string(chunks_) + ") * " +
+            std::to_string(chunk_cols_) + ";");
+    w_.Line("const " + idx_ + " lf_end = lf_begin + " + std::to_string(chunk_cols_) + " < " +
+            std::to_string(cols_) + " ? lf_begin + " + std::to_string(chunk_cols_) + " : " +
+            std::to_string(cols_) + ";");
+  }
+
+  // After a chunk's block reduction: publish the partial; the block that
+  // completes the row opens `if (lf_last)` and combines every partial into
+  // `acc`, in chunk order. Body() closes the if.
+  void CombineChunks(const std::string& acc,
+                     const std::string& init,
+                     const Update& update,
+                     const char* combine) {
+    w_.Open(std::string("if (") + dialect_.thread_index + " == 0)");
+    w_.Line("lf_last = lf_publish(lf_partials, lf_item, " + acc +
+            ", lf_counters + row) == " + std::to_string(chunks_ - 1) + "u;");
+    w_.Close();
+    w_.Line(std::string(dialect_.barrier) + ";");
+    w_.Open("if (lf_last)");
+    w_.Line(acc + " = " + init + ";");
+    w_.Open("for (" + idx_ + " k = " + dialect_.thread_index + "; k < " + std::to_string(chunks_) +
+            "; k += " + dialect_.block_size + ")");
+    w_.Line(acc + " = " +
+            update(acc, "lf_ld_published(lf_partials, row * " + std::to_string(chunks_) + " + k)") +
+            ";");
+    w_.Close();
+    w_.Line(acc + " = lf_block_reduce(" + acc + ", " + combine + "(), lf_smem);");
+  }
+
   int BlockSize() const {
     int size = 32;
     while (size < 512 && size * 2 <= cols_) {
@@ -110,6 +192,10 @@ class ReductionKernel {
   }
 
   std::string ColumnLoop() const {
+    if (split()) {
+      return "for (" + idx_ + " c = lf_begin + " + dialect_.thread_index +
+             "; c < lf_end; c += " + dialect_.block_size + ")";
+    }
     if (block_) {
       return "for (" + idx_ + " c = " + dialect_.thread_index + "; c < " + std::to_string(cols_) +
              "; c += " + dialect_.block_size + ")";
@@ -123,7 +209,6 @@ class ReductionKernel {
 
   // Runs one accumulation loop; `update` renders the new accumulator from the
   // element's value. The last loop of the row also writes per-element outputs.
-  using Update = std::function<std::string(const std::string&, const std::string&)>;
   std::string Accumulate(const std::string& init,
                          const Update& update,
                          const char* combine,
@@ -143,6 +228,9 @@ class ReductionKernel {
     w_.Close();
     if (block_ && combine != nullptr) {
       w_.Line(acc + " = lf_block_reduce(" + acc + ", " + combine + "(), lf_smem);");
+      if (split()) {
+        CombineChunks(acc, init, update, combine);
+      }
     }
     return acc;
   }
@@ -342,6 +430,8 @@ class ReductionKernel {
   int64_t cols_ = 0;
   bool inner_ = false;
   bool block_ = false;
+  int64_t chunks_ = 1;  // > 1: each row is split into this many chunks
+  int64_t chunk_cols_ = 0;
   std::string acc_;
   size_t reduction_index_ = 0;
 };

@@ -37,7 +37,7 @@ struct KernelSignature {
 
 enum class LaunchShape {
   kElementwise,   // grid-stride over `work_items` elements (vectors when vector_width > 1)
-  kBlockPerRow,   // one block per reduced row, `block_size` threads
+  kBlockPerRow,   // one block per reduced row (or row chunk), `block_size` threads
   kThreadPerRow,  // one thread per reduced row
 };
 
@@ -50,6 +50,12 @@ struct KernelSource {
   int vector_width = 1;
   int block_size = 256;
   bool index64 = false;
+  // A split reduction's workspace, passed after the outputs: `partials`
+  // accumulators of `partial_bytes` each (uninitialised), then one unsigned
+  // int counter per row, zeroed before the launch.
+  int64_t partials = 0;
+  int partial_bytes = 4;
+  int64_t counters = 0;
   // The C type of each kernel parameter, in order, for launchers that call
   // the kernel as a host function.
   std::vector<std::string> parameter_types;

@@ -157,12 +157,12 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def(
       "_compile_cuda",
-      [](const std::vector<at::Tensor>& tensors, const std::string& arch) {
+      [](const std::vector<at::Tensor>& tensors, const std::string& arch, int sms) {
         const PendingGraph graph = LowerPendingGraph(tensors);
         std::vector<KernelCompileRecord> records;
         {
           py::gil_scoped_release release;
-          records = CompileFusedKernels(*graph.program, graph.host_scalar_parameters, arch);
+          records = CompileFusedKernels(*graph.program, graph.host_scalar_parameters, arch, sms);
         }
         py::list out;
         for (const auto& record : records) {
@@ -173,12 +173,15 @@ PYBIND11_MODULE(_C, m) {
           entry["target"] = record.target;
           entry["compiled"] = record.compiled;
           entry["log"] = record.log;
+          entry["grid"] = record.grid;
+          entry["block"] = record.block;
           out.append(entry);
         }
         return out;
       },
       py::arg("tensors"),
-      py::arg("arch"));
+      py::arg("arch"),
+      py::arg("sms"));
   m.def("_nvrtc", [] {
     std::string where;
     const bool found = NvrtcAvailable(&where);

@@ -185,7 +185,17 @@ std::vector<at::Tensor> FusedKernel::Launch(const std::vector<at::Tensor>& input
         break;
     }
   }
-  for (const at::Tensor& output : outputs) {
+  // A split reduction's partials and per-row counters (zeroed), after the
+  // outputs.
+  std::vector<at::Tensor> workspace;
+  if (source.partials > 0) {
+    workspace.push_back(target_->NewOutput({source.partials},
+                                           source.partial_bytes == 8 ? at::kDouble : at::kFloat));
+    workspace.push_back(target_->NewOutput({source.counters}, at::kInt).zero_());
+  }
+  std::vector<at::Tensor> written = outputs;
+  written.insert(written.end(), workspace.begin(), workspace.end());
+  for (const at::Tensor& output : written) {
     ArgSlot slot{};
     slot.pointer = output.data_ptr();
     slots.push_back(slot);
@@ -195,7 +205,8 @@ std::vector<at::Tensor> FusedKernel::Launch(const std::vector<at::Tensor>& input
     params.push_back(&slot);
   }
   const LaunchConfig config = ComputeLaunch(source, target_->limits());
-  target_->Launch(*variant.loaded, source, config, params.data(), LaunchTensors{inputs, outputs});
+  target_->Launch(
+      *variant.loaded, source, config, params.data(), LaunchTensors{inputs, outputs, workspace});
   TORCH_LAZY_COUNTER("LazyFuseKernelLaunches", 1);
   return outputs;
 }

@@ -41,6 +41,9 @@ class LoadedKernel {
 struct LaunchTensors {
   const std::vector<at::Tensor>& inputs;  // host scalars and constants included
   const std::vector<at::Tensor>& outputs;
+  // Scratch the kernel both writes and reads (a split reduction's partials
+  // and counters).
+  const std::vector<at::Tensor>& workspace;
 };
 
 class KernelTarget {

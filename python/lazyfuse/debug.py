@@ -82,17 +82,19 @@ def last_kernels() -> list[dict[str, object]]:
 
 
 def compile_cuda(
-    tensors: torch.Tensor | Sequence[torch.Tensor], arch: str = "sm_90"
+    tensors: torch.Tensor | Sequence[torch.Tensor], arch: str = "sm_90", sms: int = 132
 ) -> list[dict[str, object]]:
     """Plans the pending graph of ``tensors`` and compiles its fused kernels
     for ``arch`` with NVRTC. Executes nothing and needs no GPU.
 
     Returns one record per fused kernel: ``name``, ``ops``, ``source``,
-    ``compiled`` (bool), ``target`` and ``log`` (NVRTC's log, or why it could
-    not compile). Compiled kernels go into the kernel cache, so this also
-    warms it for a later run on that architecture.
+    ``compiled`` (bool), ``target``, ``log`` (NVRTC's log, or why it could
+    not compile), and ``grid`` and ``block``: the launch a GPU with ``sms``
+    streaming multiprocessors would make (132: an H100 SXM). Compiled kernels
+    go into the kernel cache, so this also warms it for a later run on that
+    architecture.
     """
-    return list(_C._compile_cuda(_as_list(tensors), arch))
+    return list(_C._compile_cuda(_as_list(tensors), arch, sms))
 
 
 def nvrtc_info() -> dict[str, object]:

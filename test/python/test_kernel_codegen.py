@@ -49,6 +49,8 @@ GOLDEN_CASES: dict[str, Callable[[torch.device], torch.Tensor]] = {
     "half_bias_transpose": lambda d: pending(
         d, lambda x, b: (x.t() + b).relu(), (16, 8), (16,), dtype=torch.float16
     ),
+    # a full reduction: rows split into chunks, the last block combines
+    "full_sum_split": lambda d: pending(d, lambda x: (x * x).sum(), (1 << 16,)),
     "layer_norm_affine": lambda d: pending(
         d, lambda x, w, b: F.layer_norm(x, (64,), w, b), (4, 64), (64,), (64,)
     ),
@@ -88,6 +90,17 @@ def test_record_fields(lazy: torch.device) -> None:
     assert len(records) == 1
     assert set(records[0]) >= {"name", "ops", "source", "compiled", "log"}
     assert records[0]["ops"][2] == "aten::gelu"
+
+
+@pytest.mark.parametrize("shape", [(1 << 24,), (8, 1 << 21), (1 << 12, 1 << 12)])
+@pytest.mark.parametrize("arch,sms", [("sm_80", 108), ("sm_90", 132)])
+def test_reductions_fill_the_gpu(shape: tuple[int, ...], arch: str, sms: int, lazy) -> None:
+    # A full or few-row reduction of 2^24 elements launches at least two
+    # blocks per SM, however its rows fall.
+    x = torch.empty(shape, device=lazy)
+    for reduce in (lambda t: t.sum(-1), lambda t: t.amax(-1), lambda t: (t * 2).mean(-1)):
+        (record,) = lazyfuse.debug.compile_cuda(reduce(x), arch=arch, sms=sms)
+        assert record["grid"] >= 2 * sms, (shape, record["name"], record["grid"])
 
 
 def test_bad_arch_is_a_clear_error(lazy: torch.device) -> None:

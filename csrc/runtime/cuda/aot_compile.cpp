@@ -6,6 +6,7 @@
 #include "kernels/codegen.h"
 #include "runtime/cuda/loader.h"
 #include "runtime/cuda/nvrtc.h"
+#include "runtime/target.h"
 #include "runtime/view_group.h"
 
 namespace lazyfuse {
@@ -22,7 +23,8 @@ bool NvrtcAvailable(std::string* where_or_why) {
 std::vector<KernelCompileRecord> CompileFusedKernels(
     const Program& program,
     const std::vector<bool>& host_scalar_parameters,
-    const std::string& arch) {
+    const std::string& arch,
+    int sms) {
   const int sm = cuda::ParseArch(arch);
   std::string nvrtc;
   const bool have_nvrtc = NvrtcAvailable(&nvrtc);
@@ -45,6 +47,11 @@ std::vector<KernelCompileRecord> CompileFusedKernels(
     record.name = source.name;
     record.ops = source.ops;
     record.source = source.source;
+    LaunchLimits limits;
+    limits.processors = sms;
+    const LaunchConfig launch = ComputeLaunch(source, limits);
+    record.grid = launch.grid;
+    record.block = launch.block;
     if (!have_nvrtc) {
       record.log = nvrtc;
       records.push_back(std::move(record));

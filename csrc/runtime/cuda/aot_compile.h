@@ -18,13 +18,17 @@ struct KernelCompileRecord {
   std::string target;  // what NVRTC compiled for: "sm_90", or "compute_XX" (PTX)
   bool compiled = false;
   std::string log;
+  // The launch a GPU with `sms` streaming multiprocessors would make.
+  int64_t grid = 0;
+  int64_t block = 0;
 };
 
 // `host_scalar_parameters[k]` says whether parameter k is a 0-dim CPU value.
 std::vector<KernelCompileRecord> CompileFusedKernels(
     const Program& program,
     const std::vector<bool>& host_scalar_parameters,
-    const std::string& arch);
+    const std::string& arch,
+    int sms);
 
 // Whether libnvrtc loads, and from where (or why not).
 bool NvrtcAvailable(std::string* where_or_why);

@@ -148,7 +148,7 @@ void CheckAccess(void* ctx, const void* address, unsigned long bytes, int access
   const EmuBuffer* nearest = nullptr;
   uintptr_t distance = UINTPTR_MAX;
   for (const EmuBuffer& buffer : context.block->launch->buffers) {
-    if (buffer.writable != write) {
+    if (buffer.writable != write && !buffer.readable_too) {
       continue;
     }
     if (at >= buffer.begin && at + bytes <= buffer.end) {

@@ -22,7 +22,8 @@ struct EmuBuffer {
   uintptr_t begin = 0;
   uintptr_t end = 0;
   bool writable = false;
-  std::string name;  // "in0", "out1"
+  bool readable_too = false;  // a writable buffer the kernel also reads
+  std::string name;           // "in0", "out1"
 };
 
 struct EmuLaunch {

@@ -119,6 +119,7 @@ void RunChecked(const EmulatedKernel& kernel,
                 void** params,
                 const std::vector<at::Tensor>& inputs,
                 const std::vector<at::Tensor>& outputs,
+                const std::vector<at::Tensor>& workspace,
                 double timeout) {
   emulated::EmuLaunch launch;
   launch.entry = kernel.entry;
@@ -136,6 +137,10 @@ void RunChecked(const EmulatedKernel& kernel,
   }
   for (size_t k = 0; k < outputs.size(); ++k) {
     launch.buffers.push_back(Extent(outputs[k], true, "out" + std::to_string(k)));
+  }
+  for (size_t k = 0; k < workspace.size(); ++k) {
+    launch.buffers.push_back(Extent(workspace[k], true, "workspace" + std::to_string(k)));
+    launch.buffers.back().readable_too = true;
   }
   emulated::RunEmulatedLaunch(launch);
 }
@@ -187,9 +192,13 @@ class EmulatedTarget : public KernelTarget {
                params,
                tensors.inputs,
                tensors.outputs,
+               tensors.workspace,
                limits_.barrier_timeout_seconds);
     for (size_t k = 0; k < tensors.outputs.size(); ++k) {
-      CheckGuards(tensors.outputs[k], source.name, emulated.source_path, k);
+      CheckGuards(tensors.outputs[k], source.name, emulated.source_path, "out", k);
+    }
+    for (size_t k = 0; k < tensors.workspace.size(); ++k) {
+      CheckGuards(tensors.workspace[k], source.name, emulated.source_path, "workspace", k);
     }
   }
 
@@ -197,6 +206,7 @@ class EmulatedTarget : public KernelTarget {
   static void CheckGuards(const at::Tensor& output,
                           const std::string& name,
                           const std::string& path,
+                          const char* role,
                           size_t k) {
     const auto* data = static_cast<const unsigned char*>(output.data_ptr());
     const int64_t bytes = output.numel() * static_cast<int64_t>(output.element_size());
@@ -204,7 +214,8 @@ class EmulatedTarget : public KernelTarget {
       TORCH_CHECK(data[-i] == kGuardByte && data[bytes + i - 1] == kGuardByte,
                   "lazyfuse: emulated kernel ",
                   name,
-                  ": a write outside out",
+                  ": a write outside ",
+                  role,
                   k,
                   " (its guard bytes changed)\nsource: ",
                   path);
@@ -263,7 +274,7 @@ void LaunchEmulatedSource(const std::string& source,
     params.push_back(&slot);
   }
   auto kernel = LoadLibrary(source + Trampoline(name, types), name);
-  RunChecked(*kernel, name, grid, block, params.data(), inputs, outputs, 30);
+  RunChecked(*kernel, name, grid, block, params.data(), inputs, outputs, {}, 30);
 }
 
 }  // namespace lazyfuse

@@ -1,0 +1,33 @@
+extern "C" __global__ void lf_reduction_mul_sum(const float* __restrict__ in0, float* __restrict__ out0, float* __restrict__ lf_partials, unsigned int* __restrict__ lf_counters) {
+  __shared__ float lf_smem[32];
+  __shared__ bool lf_last;
+  for (int lf_item = blockIdx.x; lf_item < 32; lf_item += gridDim.x) {
+    const int row = lf_item / 32;
+    const int lf_begin = (lf_item % 32) * 2048;
+    const int lf_end = lf_begin + 2048 < 65536 ? lf_begin + 2048 : 65536;
+    float a0 = 0;
+    for (int c = lf_begin + threadIdx.x; c < lf_end; c += blockDim.x) {
+      const int p1 = row * 65536 + c;
+      const float v2 = lf_ld(in0, p1);
+      const float v3 = (float)(((float)v2) * ((float)v2));  // aten::mul.Tensor
+      a0 = a0 + ((float)v3);
+    }
+    a0 = lf_block_reduce(a0, lf_sum_op(), lf_smem);
+    if (threadIdx.x == 0) {
+      lf_last = lf_publish(lf_partials, lf_item, a0, lf_counters + row) == 31u;
+    }
+    __syncthreads();
+    if (lf_last) {
+      a0 = 0;
+      for (int k = threadIdx.x; k < 32; k += blockDim.x) {
+        a0 = a0 + lf_ld_published(lf_partials, row * 32 + k);
+      }
+      a0 = lf_block_reduce(a0, lf_sum_op(), lf_smem);
+      const float r4 = (float)(a0);
+      if (threadIdx.x == 0) {
+        lf_st(out0, row, (float)(r4));
+      }
+    }
+    __syncthreads();
+  }
+}
