@@ -107,6 +107,10 @@ if [ "$mode" != tests ]; then
     bench/fused_kernels.py --max-log2 "${GPU_CHECK_MAX_LOG2:-28}" --out "$OUT"
   step "training benchmark" bench.log "${GPU_CHECK_BENCH_LIMIT:-300}" "$PYTHON" \
     bench/gpu_training.py --out "$OUT"
+  # Kernels per step next to eager's ops, and host µs per launch with real
+  # CUDA launches; its table goes to bench.log (the files that come back are few).
+  step "host overhead" bench.log "${GPU_CHECK_BENCH_LIMIT:-300}" "$PYTHON" \
+    bench/host_overhead.py --out /tmp/lazyfuse_host_overhead
   # What bounds the row reductions (softmax at 2^24): ncu's speed-of-light
   # and memory sections for lazyfuse's kernels, when ncu can read counters.
   ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)

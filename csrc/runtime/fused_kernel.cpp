@@ -157,7 +157,11 @@ void InjectKernelFaultsForTesting(bool enabled) {
   g_inject_faults = enabled;
 }
 
+// Host cost per launch is LazyFuseKernelLaunch's time less LazyFuseTargetLaunch's
+// where the target runs the body on the host (emulation); on CUDA the target's
+// part is the asynchronous driver call, host work too.
 std::vector<at::Tensor> FusedKernel::Launch(const std::vector<at::Tensor>& inputs) {
+  TORCH_LAZY_TIMED("LazyFuseKernelLaunch");
   TORCH_CHECK(!g_inject_faults.load(), "injected kernel fault (InjectKernelFaultsForTesting)");
   const Variant& variant = VariantFor(Bind(inputs));
   const KernelSource& source = variant.source;
@@ -205,8 +209,11 @@ std::vector<at::Tensor> FusedKernel::Launch(const std::vector<at::Tensor>& input
     params.push_back(&slot);
   }
   const LaunchConfig config = ComputeLaunch(source, target_->limits());
-  target_->Launch(
-      *variant.loaded, source, config, params.data(), LaunchTensors{inputs, outputs, workspace});
+  {
+    TORCH_LAZY_TIMED("LazyFuseTargetLaunch");
+    target_->Launch(
+        *variant.loaded, source, config, params.data(), LaunchTensors{inputs, outputs, workspace});
+  }
   TORCH_LAZY_COUNTER("LazyFuseKernelLaunches", 1);
   return outputs;
 }

@@ -34,3 +34,23 @@ def test_gpu_check_script_parses() -> None:
         ["bash", "-n", "scripts/gpu_check.sh"], cwd=ROOT, capture_output=True, text=True
     )
     assert run.returncode == 0, run.stderr
+
+
+def test_host_overhead_smoke_counts_kernels_per_step(tmp_path: Path) -> None:
+    run = subprocess.run(
+        [sys.executable, "bench/host_overhead.py", "--smoke", "--out", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    report = json.loads((tmp_path / "host_overhead.json").read_text())
+    assert {row["model"] for row in report["counts"]} == {"mlp", "lenet5", "transformer"}
+    for row in report["counts"]:
+        # Fusion launches fewer kernels than eager dispatches ops, and every
+        # view group is an alias, not a kernel.
+        assert 0 < row["lazyfuse kernels"] < row["eager ops"], row
+        assert row["aliased view groups"] > 0, row
+    assert report["overhead"]["host µs per launch"] > 0
+    assert "| transformer |" in (tmp_path / "host_overhead.md").read_text()
