@@ -10,7 +10,10 @@
 // sum, mean, amax or amin over few rows is split: each block reduces a chunk
 // of a row and publishes its partial, and the block that finishes a row's
 // last chunk combines the partials in chunk order (deterministic) and writes
-// the row's results. One launch, no second kernel.
+// the row's results. One launch, no second kernel. Thread-per-row reductions
+// (outer dims: a bias gradient sums [batch, features] over the batch) split
+// the same way per thread: a thread sums a chunk of its row's elements, and
+// neighbouring threads still read neighbouring addresses.
 
 #include <ATen/Functions.h>
 #include <c10/util/Exception.h>
@@ -27,10 +30,13 @@ namespace lazyfuse {
 namespace {
 
 // Splitting aims at this many blocks: at least 2 per SM on GPUs of up to 512
-// SMs. A chunk is never shorter than kMinChunkColumns.
+// SMs. A block's chunk is never shorter than kMinChunkColumns, a thread's
+// never shorter than kMinThreadChunk.
 constexpr int64_t kSplitTargetBlocks = 1024;
 constexpr int64_t kMinChunkColumns = 2048;
 constexpr int kSplitBlockSize = 512;
+constexpr int kThreadBlockSize = 128;
+constexpr int64_t kMinThreadChunk = 32;
 
 class ReductionKernel {
  public:
@@ -90,8 +96,10 @@ class ReductionKernel {
     row_dims_ = kept_shape_.empty() ? std::vector<std::string>{} : w_.Dims(kept);
     EmitPhases();
     if (split()) {
-      w_.Close();                                    // if (lf_last)
-      w_.Line(std::string(dialect_.barrier) + ";");  // lf_last is rewritten next chunk
+      w_.Close();  // if (lf_last)
+      if (block_) {
+        w_.Line(std::string(dialect_.barrier) + ";");  // lf_last is rewritten next chunk
+      }
     }
     w_.Close();
     return w_.text();
@@ -108,12 +116,21 @@ class ReductionKernel {
     const bool row_results = rule_.kind == ReductionKind::kSum ||
                              rule_.kind == ReductionKind::kMean ||
                              rule_.kind == ReductionKind::kMax || rule_.kind == ReductionKind::kMin;
-    if (!block_ || !row_results || rows_ == 0) {
+    if (!row_results || rows_ == 0) {
       return 1;
     }
-    const int64_t wanted = (kSplitTargetBlocks + rows_ - 1) / rows_;
-    const int64_t most = cols_ / kMinChunkColumns;
+    // Per thread, the target is as many threads as that many blocks hold.
+    const int64_t target = block_ ? kSplitTargetBlocks : kSplitTargetBlocks * kThreadBlockSize;
+    const int64_t wanted = (target + rows_ - 1) / rows_;
+    const int64_t most = cols_ / (block_ ? kMinChunkColumns : kMinThreadChunk);
     return std::max<int64_t>(1, std::min(wanted, most));
+  }
+
+  // Where a (row, chunk) partial lives: a block's chunks of one row are
+  // adjacent; per thread, the rows of one chunk are, as the threads are.
+  std::string PartialIndex(const std::string& chunk) const {
+    return block_ ? "row * " + std::to_string(chunks_) + " + " + chunk
+                  : chunk + " * " + std::to_string(rows_) + " + row";
   }
 
   // One iteration per (row, chunk); `row` and the chunk's columns
@@ -121,29 +138,53 @@ class ReductionKernel {
   void OpenSplitLoop() {
     const int64_t items = rows_ * chunks_;
     out_.work_items = items;
-    out_.block_size = kSplitBlockSize;
     out_.partials = items;
     out_.partial_bytes = acc_ == "double" ? 8 : 4;
     out_.counters = rows_;
-    w_.Line("__shared__ " + acc_ + " lf_smem[32];");
-    w_.Line("__shared__ bool lf_last;");
-    w_.Open("for (" + idx_ + " lf_item = " + dialect_.block_index + "; lf_item < " +
-            std::to_string(items) + "; lf_item += " + dialect_.grid_size + ")");
-    w_.Line("const " + idx_ + " row = lf_item / " + std::to_string(chunks_) + ";");
-    w_.Line("const " + idx_ + " lf_begin = (lf_item % " + std::to_string(chunks_) + ") * " +
-            std::to_string(chunk_cols_) + ";");
+    std::string chunk;
+    if (block_) {
+      out_.block_size = kSplitBlockSize;
+      w_.Line("__shared__ " + acc_ + " lf_smem[32];");
+      w_.Line("__shared__ bool lf_last;");
+      w_.Open("for (" + idx_ + " lf_item = " + dialect_.block_index + "; lf_item < " +
+              std::to_string(items) + "; lf_item += " + dialect_.grid_size + ")");
+      w_.Line("const " + idx_ + " row = lf_item / " + std::to_string(chunks_) + ";");
+      chunk = "lf_item % " + std::to_string(chunks_);
+    } else {
+      out_.block_size = kThreadBlockSize;
+      w_.Open("for (" + idx_ + " lf_item = (" + idx_ + ")" + dialect_.block_index + " * " +
+              dialect_.block_size + " + " + dialect_.thread_index + "; lf_item < " +
+              std::to_string(items) + "; lf_item += (" + idx_ + ")" + dialect_.grid_size + " * " +
+              dialect_.block_size + ")");
+      w_.Line("const " + idx_ + " row = lf_item % " + std::to_string(rows_) + ";");
+      chunk = "lf_item / " + std::to_string(rows_);
+    }
+    w_.Line("const " + idx_ + " lf_begin = (" + chunk + ") * " + std::to_string(chunk_cols_) + ";");
     w_.Line("const " + idx_ + " lf_end = lf_begin + " + std::to_string(chunk_cols_) + " < " +
             std::to_string(cols_) + " ? lf_begin + " + std::to_string(chunk_cols_) + " : " +
             std::to_string(cols_) + ";");
   }
 
-  // After a chunk's block reduction: publish the partial; the block that
-  // completes the row opens `if (lf_last)` and combines every partial into
-  // `acc`, in chunk order. Body() closes the if.
+  // After a chunk's reduction: publish the partial; the block (or thread)
+  // that completes the row opens `if (lf_last)` and combines every partial
+  // into `acc`, in chunk order. Body() closes the if.
   void CombineChunks(const std::string& acc,
                      const std::string& init,
                      const Update& update,
                      const char* combine) {
+    const std::string last = std::to_string(chunks_ - 1) + "u";
+    if (!block_) {
+      w_.Line("const bool lf_last = lf_publish(lf_partials, " +
+              PartialIndex("lf_item / " + std::to_string(rows_)) + ", " + acc +
+              ", lf_counters + row) == " + last + ";");
+      w_.Open("if (lf_last)");
+      w_.Line(acc + " = " + init + ";");
+      w_.Open("for (" + idx_ + " k = 0; k < " + std::to_string(chunks_) + "; ++k)");
+      w_.Line(acc + " = " + update(acc, "lf_ld_published(lf_partials, " + PartialIndex("k") + ")") +
+              ";");
+      w_.Close();
+      return;
+    }
     w_.Open(std::string("if (") + dialect_.thread_index + " == 0)");
     w_.Line("lf_last = lf_publish(lf_partials, lf_item, " + acc +
             ", lf_counters + row) == " + std::to_string(chunks_ - 1) + "u;");
@@ -153,8 +194,7 @@ class ReductionKernel {
     w_.Line(acc + " = " + init + ";");
     w_.Open("for (" + idx_ + " k = " + dialect_.thread_index + "; k < " + std::to_string(chunks_) +
             "; k += " + dialect_.block_size + ")");
-    w_.Line(acc + " = " +
-            update(acc, "lf_ld_published(lf_partials, row * " + std::to_string(chunks_) + " + k)") +
+    w_.Line(acc + " = " + update(acc, "lf_ld_published(lf_partials, " + PartialIndex("k") + ")") +
             ";");
     w_.Close();
     w_.Line(acc + " = lf_block_reduce(" + acc + ", " + combine + "(), lf_smem);");
@@ -192,6 +232,9 @@ class ReductionKernel {
   }
 
   std::string ColumnLoop() const {
+    if (split() && !block_) {
+      return "for (" + idx_ + " c = lf_begin; c < lf_end; ++c)";
+    }
     if (split()) {
       return "for (" + idx_ + " c = lf_begin + " + dialect_.thread_index +
              "; c < lf_end; c += " + dialect_.block_size + ")";
@@ -228,9 +271,9 @@ class ReductionKernel {
     w_.Close();
     if (block_ && combine != nullptr) {
       w_.Line(acc + " = lf_block_reduce(" + acc + ", " + combine + "(), lf_smem);");
-      if (split()) {
-        CombineChunks(acc, init, update, combine);
-      }
+    }
+    if (split() && combine != nullptr) {
+      CombineChunks(acc, init, update, combine);
     }
     return acc;
   }

@@ -106,7 +106,7 @@ def test_reductions(dims: tuple[int, ...]) -> None:
     check(lambda a: a.var(dims), x, atol=1e-5, rtol=1e-4)
 
 
-@pytest.mark.parametrize("shape", [(1 << 15,), (3, 9000), (2, 3, 4100)])
+@pytest.mark.parametrize("shape", [(1 << 15,), (3, 9000), (2, 3, 4100), (3000, 3)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
 def test_split_reductions(shape: tuple[int, ...], dtype: torch.dtype) -> None:
     # Few long rows are split across blocks; the last block of each row
@@ -117,6 +117,20 @@ def test_split_reductions(shape: tuple[int, ...], dtype: torch.dtype) -> None:
     check(lambda a: (a * a).mean(), x, **(tol or {"atol": 1e-5, "rtol": 1e-5}))
     check(lambda a: a.amax(-1, keepdim=True) * 2, x)
     check(lambda a: a.amin(tuple(range(1, a.dim()))) if a.dim() > 1 else a.amin(), x)
+    # Outer dims, one thread per output: each thread sums a chunk of rows.
+    check(lambda a: a.sum(0), x, **(tol or {"atol": 1e-4, "rtol": 1e-5}))
+    check(lambda a: a.amax(0), x)
+
+
+@pytest.mark.parametrize("shape", [(64, 512), (1000, 40), (300, 7, 5)])
+def test_split_outer_reductions(shape: tuple[int, ...]) -> None:
+    # A bias gradient's shape: [batch, features] summed over the batch.
+    x = torch.randn(shape)
+    check(lambda a: a.sum(0), x, atol=1e-4, rtol=1e-5)
+    check(lambda a: (a * a).mean((0, 1)) if a.dim() == 3 else (a * a).mean(0), x, rtol=1e-5)
+    check(lambda a: a.amin(0, keepdim=True) * 2, x)
+    (record,) = lazyfuse.debug.last_kernels()
+    assert "lf_publish(lf_partials" in str(record["source"])
 
 
 def test_split_reduction_keeps_prologue_outputs_and_nan() -> None:

@@ -43,7 +43,7 @@ GOLDEN_CASES: dict[str, Callable[[torch.device], torch.Tensor]] = {
     "gelu_chain": lambda d: pending(d, lambda x: torch.tanh(F.gelu(x * 2.0)) * x, (1001,)),
     # inner reduction over 256 columns: one block per row, warp shuffles
     "softmax_rows": lambda d: pending(d, lambda x: torch.softmax(x, -1), (8, 256)),
-    # outer reduction: one thread per output column, serial loop
+    # outer reduction: a thread per output column and chunk of rows; the last combines
     "sum_dim0": lambda d: pending(d, lambda x: x.sum(0), (64, 16)),
     # half in, broadcast bias, transposed (strided) read, half out
     "half_bias_transpose": lambda d: pending(
@@ -92,13 +92,21 @@ def test_record_fields(lazy: torch.device) -> None:
     assert records[0]["ops"][2] == "aten::gelu"
 
 
-@pytest.mark.parametrize("shape", [(1 << 24,), (8, 1 << 21), (1 << 12, 1 << 12)])
+@pytest.mark.parametrize("shape", [(1 << 24,), (8, 1 << 21), (1 << 12, 1 << 12), (1 << 20, 16)])
 @pytest.mark.parametrize("arch,sms", [("sm_80", 108), ("sm_90", 132)])
 def test_reductions_fill_the_gpu(shape: tuple[int, ...], arch: str, sms: int, lazy) -> None:
-    # A full or few-row reduction of 2^24 elements launches at least two
-    # blocks per SM, however its rows fall.
+    # A reduction of 2^24 elements launches at least two blocks per SM,
+    # however its rows fall: full, few rows, over the innermost or the
+    # outermost dim.
     x = torch.empty(shape, device=lazy)
-    for reduce in (lambda t: t.sum(-1), lambda t: t.amax(-1), lambda t: (t * 2).mean(-1)):
+    reductions = (
+        lambda t: t.sum(-1),
+        lambda t: t.amax(-1),
+        lambda t: (t * 2).mean(-1),
+        lambda t: t.sum(0),
+        lambda t: t.amin(0),
+    )
+    for reduce in reductions:
         (record,) = lazyfuse.debug.compile_cuda(reduce(x), arch=arch, sms=sms)
         assert record["grid"] >= 2 * sms, (shape, record["name"], record["grid"])
 

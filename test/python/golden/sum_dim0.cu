@@ -1,16 +1,26 @@
-extern "C" __global__ void lf_reduction_sum(const float* __restrict__ in0, float* __restrict__ out0) {
-  for (int row = (int)blockIdx.x * blockDim.x + threadIdx.x; row < 16; row += (int)gridDim.x * blockDim.x) {
+extern "C" __global__ void lf_reduction_sum(const float* __restrict__ in0, float* __restrict__ out0, float* __restrict__ lf_partials, unsigned int* __restrict__ lf_counters) {
+  for (int lf_item = (int)blockIdx.x * blockDim.x + threadIdx.x; lf_item < 32; lf_item += (int)gridDim.x * blockDim.x) {
+    const int row = lf_item % 16;
+    const int lf_begin = (lf_item / 16) * 32;
+    const int lf_end = lf_begin + 32 < 64 ? lf_begin + 32 : 64;
     const int x0 = (row);
     float a1 = 0;
-    for (int c = 0; c < 64; ++c) {
+    for (int c = lf_begin; c < lf_end; ++c) {
       const int x2 = (c);
       const int l3 = x2 * 16 + x0;
       const float v4 = lf_ld(in0, l3);
       a1 = a1 + ((float)v4);
     }
-    const float r5 = (float)(a1);
-    if (true) {
-      lf_st(out0, row, (float)(r5));
+    const bool lf_last = lf_publish(lf_partials, lf_item / 16 * 16 + row, a1, lf_counters + row) == 1u;
+    if (lf_last) {
+      a1 = 0;
+      for (int k = 0; k < 2; ++k) {
+        a1 = a1 + lf_ld_published(lf_partials, k * 16 + row);
+      }
+      const float r5 = (float)(a1);
+      if (true) {
+        lf_st(out0, row, (float)(r5));
+      }
     }
   }
 }
