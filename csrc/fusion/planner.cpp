@@ -136,6 +136,14 @@ class Planner {
     const std::vector<int64_t>& out = Shape(step.outputs[0]);
     const FusionGroup& group = groups_[g];
     if (group.kind == GroupKind::kReduction) {
+      // The epilogue runs at the current row's index, where the row results
+      // live in registers. A view that moves elements (permute, slice,
+      // select) would read them at another row's index; a reshape keeps
+      // every element's linear position.
+      const auto view = ViewRuleFor(step, program_);
+      if (view && view->kind != ViewKind::kReshape) {
+        return false;
+      }
       const std::vector<int64_t> epilogue = EpilogueDomain(g);
       if (Numel(out) > Numel(epilogue) || !FitsDomain(out, epilogue)) {
         return false;

@@ -209,6 +209,10 @@ class Builder:
             a = self.pick(False)
             op = rng.choice(REDUCTIONS)
             self.add(out, op, [a.name, str(rng.randint(0, 7)), str(rng.random() < 0.5)], False)
+            if rng.random() < 0.4:
+                # A view right after a reduction may join its epilogue, which
+                # runs at the row's index: permutes there once read other rows.
+                self.add(self.fresh(), rng.choice(VIEWS), [out, str(rng.randint(0, 7))], False)
         elif roll < 0.96:
             a = self.pick(False)
             dtype = rng.choice(FLOATS)

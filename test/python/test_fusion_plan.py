@@ -121,6 +121,17 @@ def test_prologue_value_read_after_row_reduction_is_a_new_group(lazy: torch.devi
     ]
 
 
+def test_permute_does_not_join_a_reduction_epilogue(lazy: torch.device) -> None:
+    x = torch.randn(4, 5, 64, device=lazy)
+    lazyfuse.mark_step()
+    groups = parse_plan(lazyfuse.debug.fusion_plan([x.sum(-1).t() * 3, x.softmax(-1).view(20, 64)]))
+    assert groups == [
+        ("reduction", ["aten::sum.dim_IntList"]),
+        ("pointwise", ["aten::t_copy", "aten::mul.Tensor"]),
+        ("reduction", ["aten::_softmax", "aten::view_copy"]),
+    ]
+
+
 def test_integer_sum_stays_aten(lazy: torch.device) -> None:
     x = torch.arange(12).reshape(3, 4).to(lazy)
     lazyfuse.mark_step()
