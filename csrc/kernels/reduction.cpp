@@ -6,14 +6,9 @@
 // Rows whose reduced dims are innermost get a block each (warp shuffles and a
 // block reduction); other rows get a thread each with a serial loop.
 //
-// A few long rows would leave most of a GPU idle (x.sum() is one row), so a
-// sum, mean, amax or amin over few rows is split: each block reduces a chunk
-// of a row and publishes its partial, and the block that finishes a row's
-// last chunk combines the partials in chunk order (deterministic) and writes
-// the row's results. One launch, no second kernel. Thread-per-row reductions
-// (outer dims: a bias gradient sums [batch, features] over the batch) split
-// the same way per thread: a thread sums a chunk of its row's elements, and
-// neighbouring threads still read neighbouring addresses.
+// Few long rows are split into chunks so they still fill a GPU (row_split.h).
+// Rows reduced in several passes (var, layer norm, softmax) are kept in
+// shared memory after the first when they fit, so global memory is read once.
 
 #include <ATen/Functions.h>
 #include <c10/util/Exception.h>
@@ -24,19 +19,14 @@
 
 #include "fusion/rules.h"
 #include "kernels/codegen.h"
+#include "kernels/row_split.h"
 #include "kernels/writer.h"
 
 namespace lazyfuse {
 namespace {
 
-// Splitting aims at this many blocks: at least 2 per SM on GPUs of up to 512
-// SMs. A block's chunk is never shorter than kMinChunkColumns, a thread's
-// never shorter than kMinThreadChunk.
-constexpr int64_t kSplitTargetBlocks = 1024;
-constexpr int64_t kMinChunkColumns = 2048;
-constexpr int kSplitBlockSize = 512;
-constexpr int kThreadBlockSize = 128;
-constexpr int64_t kMinThreadChunk = 32;
+// Static shared memory is at most 48 KiB a block; the row cache takes 32.
+constexpr int64_t kRowCacheBytes = 32 * 1024;
 
 class ReductionKernel {
  public:
@@ -67,12 +57,21 @@ class ReductionKernel {
     inner_ = !rule_.dims.empty() && rule_.dims.back() == static_cast<int64_t>(shape.size()) - 1 &&
              rule_.dims.front() == static_cast<int64_t>(shape.size() - rule_.dims.size());
     block_ = inner_ && cols_ >= 32;
-    chunks_ = SplitChunks();
-    chunk_cols_ = (cols_ + chunks_ - 1) / chunks_;
+    // Reductions that pass over a row more than once keep it in shared memory
+    // when it fits, so global memory (and the prologue) is read once.
+    const bool multi_pass =
+        rule_.kind == ReductionKind::kVar || rule_.kind == ReductionKind::kLayerNorm ||
+        rule_.kind == ReductionKind::kSoftmax || rule_.kind == ReductionKind::kLogSoftmax;
     // sum(x, dtype=torch.float64) of a float tensor accumulates in double.
     const at::ScalarType in_dtype = program.buffers[step_.inputs[0]].dtype;
     const at::ScalarType out_dtype = program.buffers[step_.outputs[0]].dtype;
     acc_ = in_dtype == at::kDouble || out_dtype == at::kDouble ? "double" : "float";
+    const bool combinable = rule_.kind == ReductionKind::kSum ||
+                            rule_.kind == ReductionKind::kMean ||
+                            rule_.kind == ReductionKind::kMax || rule_.kind == ReductionKind::kMin;
+    split_.emplace(w_, dialect, idx_, acc_, rows_, cols_, block_, combinable);
+    row_cache_ =
+        multi_pass && block_ && !split() && cols_ * (acc_ == "double" ? 8 : 4) <= kRowCacheBytes;
     reduction_index_ = *group.reduction;
   }
 
@@ -81,9 +80,12 @@ class ReductionKernel {
     out_.work_items = rows_;
     out_.block_size = block_ ? BlockSize() : 128;
     if (split()) {
-      OpenSplitLoop();
+      split_->OpenLoop(out_);
     } else if (block_) {
       w_.Line("__shared__ " + acc_ + " lf_smem[32];");
+      if (row_cache_) {
+        w_.Line("__shared__ " + acc_ + " lf_row[" + std::to_string(cols_) + "];");
+      }
       w_.Open("for (" + idx_ + " row = " + dialect_.block_index + "; row < " +
               std::to_string(rows_) + "; row += " + dialect_.grid_size + ")");
     } else {
@@ -96,108 +98,17 @@ class ReductionKernel {
     row_dims_ = kept_shape_.empty() ? std::vector<std::string>{} : w_.Dims(kept);
     EmitPhases();
     if (split()) {
-      w_.Close();  // if (lf_last)
-      if (block_) {
-        w_.Line(std::string(dialect_.barrier) + ";");  // lf_last is rewritten next chunk
-      }
+      split_->CloseRow();
     }
     w_.Close();
     return w_.text();
   }
 
  private:
-  using Update = std::function<std::string(const std::string&, const std::string&)>;
+  using Update = RowSplit::Update;
 
   bool split() const {
-    return chunks_ > 1;
-  }
-
-  int64_t SplitChunks() const {
-    const bool row_results = rule_.kind == ReductionKind::kSum ||
-                             rule_.kind == ReductionKind::kMean ||
-                             rule_.kind == ReductionKind::kMax || rule_.kind == ReductionKind::kMin;
-    if (!row_results || rows_ == 0) {
-      return 1;
-    }
-    // Per thread, the target is as many threads as that many blocks hold.
-    const int64_t target = block_ ? kSplitTargetBlocks : kSplitTargetBlocks * kThreadBlockSize;
-    const int64_t wanted = (target + rows_ - 1) / rows_;
-    const int64_t most = cols_ / (block_ ? kMinChunkColumns : kMinThreadChunk);
-    return std::max<int64_t>(1, std::min(wanted, most));
-  }
-
-  // Where a (row, chunk) partial lives: a block's chunks of one row are
-  // adjacent; per thread, the rows of one chunk are, as the threads are.
-  std::string PartialIndex(const std::string& chunk) const {
-    return block_ ? "row * " + std::to_string(chunks_) + " + " + chunk
-                  : chunk + " * " + std::to_string(rows_) + " + row";
-  }
-
-  // One iteration per (row, chunk); `row` and the chunk's columns
-  // [lf_begin, lf_end) are what the phases read.
-  void OpenSplitLoop() {
-    const int64_t items = rows_ * chunks_;
-    out_.work_items = items;
-    out_.partials = items;
-    out_.partial_bytes = acc_ == "double" ? 8 : 4;
-    out_.counters = rows_;
-    std::string chunk;
-    if (block_) {
-      out_.block_size = kSplitBlockSize;
-      w_.Line("__shared__ " + acc_ + " lf_smem[32];");
-      w_.Line("__shared__ bool lf_last;");
-      w_.Open("for (" + idx_ + " lf_item = " + dialect_.block_index + "; lf_item < " +
-              std::to_string(items) + "; lf_item += " + dialect_.grid_size + ")");
-      w_.Line("const " + idx_ + " row = lf_item / " + std::to_string(chunks_) + ";");
-      chunk = "lf_item % " + std::to_string(chunks_);
-    } else {
-      out_.block_size = kThreadBlockSize;
-      w_.Open("for (" + idx_ + " lf_item = (" + idx_ + ")" + dialect_.block_index + " * " +
-              dialect_.block_size + " + " + dialect_.thread_index + "; lf_item < " +
-              std::to_string(items) + "; lf_item += (" + idx_ + ")" + dialect_.grid_size + " * " +
-              dialect_.block_size + ")");
-      w_.Line("const " + idx_ + " row = lf_item % " + std::to_string(rows_) + ";");
-      chunk = "lf_item / " + std::to_string(rows_);
-    }
-    w_.Line("const " + idx_ + " lf_begin = (" + chunk + ") * " + std::to_string(chunk_cols_) + ";");
-    w_.Line("const " + idx_ + " lf_end = lf_begin + " + std::to_string(chunk_cols_) + " < " +
-            std::to_string(cols_) + " ? lf_begin + " + std::to_string(chunk_cols_) + " : " +
-            std::to_string(cols_) + ";");
-  }
-
-  // After a chunk's reduction: publish the partial; the block (or thread)
-  // that completes the row opens `if (lf_last)` and combines every partial
-  // into `acc`, in chunk order. Body() closes the if.
-  void CombineChunks(const std::string& acc,
-                     const std::string& init,
-                     const Update& update,
-                     const char* combine) {
-    const std::string last = std::to_string(chunks_ - 1) + "u";
-    if (!block_) {
-      w_.Line("const bool lf_last = lf_publish(lf_partials, " +
-              PartialIndex("lf_item / " + std::to_string(rows_)) + ", " + acc +
-              ", lf_counters + row) == " + last + ";");
-      w_.Open("if (lf_last)");
-      w_.Line(acc + " = " + init + ";");
-      w_.Open("for (" + idx_ + " k = 0; k < " + std::to_string(chunks_) + "; ++k)");
-      w_.Line(acc + " = " + update(acc, "lf_ld_published(lf_partials, " + PartialIndex("k") + ")") +
-              ";");
-      w_.Close();
-      return;
-    }
-    w_.Open(std::string("if (") + dialect_.thread_index + " == 0)");
-    w_.Line("lf_last = lf_publish(lf_partials, lf_item, " + acc +
-            ", lf_counters + row) == " + std::to_string(chunks_ - 1) + "u;");
-    w_.Close();
-    w_.Line(std::string(dialect_.barrier) + ";");
-    w_.Open("if (lf_last)");
-    w_.Line(acc + " = " + init + ";");
-    w_.Open("for (" + idx_ + " k = " + dialect_.thread_index + "; k < " + std::to_string(chunks_) +
-            "; k += " + dialect_.block_size + ")");
-    w_.Line(acc + " = " + update(acc, "lf_ld_published(lf_partials, " + PartialIndex("k") + ")") +
-            ";");
-    w_.Close();
-    w_.Line(acc + " = lf_block_reduce(" + acc + ", " + combine + "(), lf_smem);");
+    return split_->active();
   }
 
   int BlockSize() const {
@@ -232,12 +143,8 @@ class ReductionKernel {
   }
 
   std::string ColumnLoop() const {
-    if (split() && !block_) {
-      return "for (" + idx_ + " c = lf_begin; c < lf_end; ++c)";
-    }
     if (split()) {
-      return "for (" + idx_ + " c = lf_begin + " + dialect_.thread_index +
-             "; c < lf_end; c += " + dialect_.block_size + ")";
+      return split_->ColumnLoop();
     }
     if (block_) {
       return "for (" + idx_ + " c = " + dialect_.thread_index + "; c < " + std::to_string(cols_) +
@@ -246,7 +153,13 @@ class ReductionKernel {
     return "for (" + idx_ + " c = 0; c < " + std::to_string(cols_) + "; ++c)";
   }
 
+  // The reduction input at `index`. Once the row cache holds the row, the
+  // current element comes from shared memory, not global memory and the
+  // prologue again; any other index (an epilogue view) is computed.
   std::string Input(KernelIndex index) {
+    if (cache_filled_ && !element_linear_.empty() && index.linear == element_linear_) {
+      return "lf_row[c]";
+    }
     return "((" + acc_ + ")" + w_.Value(step_.inputs[0], std::move(index)) + ")";
   }
 
@@ -262,18 +175,26 @@ class ReductionKernel {
     }
     w_.Open(ColumnLoop());
     KernelIndex index = ElementIndex("c");
+    element_linear_ = index.linear;
     if (update) {
-      w_.Line(acc + " = " + update(acc, Input(index)) + ";");
+      std::string x = Input(index);
+      if (row_cache_ && !cache_filled_) {
+        // Each thread reads back only the columns it wrote: no barrier.
+        w_.Line("lf_row[c] = " + x + ";");
+        x = "lf_row[c]";
+      }
+      w_.Line(acc + " = " + update(acc, x) + ";");
     }
     if (last_loop) {
       StoreElementOutputs(index);
     }
     w_.Close();
+    cache_filled_ = cache_filled_ || (row_cache_ && update);
     if (block_ && combine != nullptr) {
       w_.Line(acc + " = lf_block_reduce(" + acc + ", " + combine + "(), lf_smem);");
     }
     if (split() && combine != nullptr) {
-      CombineChunks(acc, init, update, combine);
+      split_->Combine(acc, init, update, combine);
     }
     return acc;
   }
@@ -473,10 +394,12 @@ class ReductionKernel {
   int64_t cols_ = 0;
   bool inner_ = false;
   bool block_ = false;
-  int64_t chunks_ = 1;  // > 1: each row is split into this many chunks
-  int64_t chunk_cols_ = 0;
+  bool row_cache_ = false;      // the row is kept in shared memory lf_row
+  bool cache_filled_ = false;   // a loop has filled lf_row
+  std::string element_linear_;  // the current loop's element index
   std::string acc_;
   size_t reduction_index_ = 0;
+  std::optional<RowSplit> split_;
 };
 
 }  // namespace

@@ -97,6 +97,37 @@ def test_softmax_and_layer_norm(dtype: torch.dtype) -> None:
     check(lambda a, b: F.layer_norm(a, (1000,), b, b), x, w, **tol)
 
 
+EPILOGUE_VIEWS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "sum_then_t": lambda a: a.sum(-1).t() * 3,
+    "mean_then_permute": lambda a: (a * 2).mean(-1, keepdim=True).permute(1, 0, 2) + 1,
+    "layer_norm_then_transpose": lambda a: F.layer_norm(a, (64,)).transpose(0, 1) * 2,
+    "amax_dim0_then_t": lambda a: a.amax(0).t() - 1,
+    "softmax_then_select": lambda a: torch.softmax(a, -1).select(1, 2) + 1,
+    "softmax_then_reshape": lambda a: torch.softmax(a, -1).reshape(20, 64) * 2,
+}
+
+
+@pytest.mark.parametrize("case", sorted(EPILOGUE_VIEWS))
+def test_views_after_a_reduction(case: str) -> None:
+    # A reduction's epilogue runs at the row being reduced. A view that moves
+    # elements across rows used to join it and read the wrong row's result.
+    check(EPILOGUE_VIEWS[case], torch.randn(4, 5, 64), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("cols", [40, 1000, 8192, 8200])
+def test_multi_pass_rows_read_once_or_not(cols: int) -> None:
+    # Rows up to 32 KiB live in shared memory after the first pass; longer
+    # rows are read again. Either way the values match, including epilogue
+    # views that read the result at another index than the one computed.
+    x = torch.randn(6, cols)
+    check(lambda a: torch.softmax(a * 0.5, -1), x, rtol=1e-5)
+    check(lambda a: torch.log_softmax(a, -1).view(6, 2, -1).transpose(1, 2) * 3, x, rtol=1e-5)
+    check(lambda a: a.var(-1) + a.exp().mean(-1), x, atol=1e-5, rtol=1e-5)
+    check(lambda a: F.layer_norm(a.sin(), (cols,)) + 1, x, atol=1e-5, rtol=1e-5)
+    sources = [str(r["source"]) for r in lazyfuse.debug.last_kernels()]
+    assert any("lf_row[" in s for s in sources) == (cols * 4 <= 32 * 1024)
+
+
 @pytest.mark.parametrize("dims", [(-1,), (0,), (0, 2), (1,)])
 def test_reductions(dims: tuple[int, ...]) -> None:
     x = torch.randn(17, 31, 65)

@@ -11,7 +11,7 @@ extern "C" __global__ void lf_reduction_sum(const float* __restrict__ in0, float
       const float v4 = lf_ld(in0, l3);
       a1 = a1 + ((float)v4);
     }
-    const bool lf_last = lf_publish(lf_partials, lf_item / 16 * 16 + row, a1, lf_counters + row) == 1u;
+    const bool lf_last = lf_publish(lf_partials, lf_item, a1, lf_counters + row) == 1u;
     if (lf_last) {
       a1 = 0;
       for (int k = 0; k < 2; ++k) {

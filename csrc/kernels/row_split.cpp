@@ -1,0 +1,126 @@
+#include "kernels/row_split.h"
+
+#include <algorithm>
+
+namespace lazyfuse {
+namespace {
+
+// Splitting aims at this many blocks: at least 2 per SM on GPUs of up to 512
+// SMs. A block's chunk is never shorter than kMinBlockChunk columns, a
+// thread's never shorter than kMinThreadChunk.
+constexpr int64_t kTargetBlocks = 1024;
+constexpr int64_t kMinBlockChunk = 2048;
+constexpr int64_t kMinThreadChunk = 32;
+constexpr int kSplitBlockSize = 512;
+constexpr int kThreadBlockSize = 128;
+
+}  // namespace
+
+RowSplit::RowSplit(KernelWriter& writer,
+                   const KernelDialect& dialect,
+                   std::string index_type,
+                   std::string acc,
+                   int64_t rows,
+                   int64_t cols,
+                   bool per_block,
+                   bool combinable)
+    : w_(writer),
+      dialect_(dialect),
+      idx_(std::move(index_type)),
+      acc_(std::move(acc)),
+      rows_(rows),
+      cols_(cols),
+      per_block_(per_block) {
+  if (combinable && rows_ > 0) {
+    // Per thread, the target is as many threads as that many blocks hold.
+    const int64_t target = per_block_ ? kTargetBlocks : kTargetBlocks * kThreadBlockSize;
+    const int64_t wanted = (target + rows_ - 1) / rows_;
+    const int64_t most = cols_ / (per_block_ ? kMinBlockChunk : kMinThreadChunk);
+    chunks_ = std::max<int64_t>(1, std::min(wanted, most));
+  }
+  chunk_cols_ = (cols_ + chunks_ - 1) / chunks_;
+}
+
+// Where a (row, chunk) partial lives: a block's chunks of one row are
+// adjacent; per thread, the rows of one chunk are, as the threads are.
+std::string RowSplit::PartialIndex(const std::string& chunk) const {
+  return per_block_ ? "row * " + std::to_string(chunks_) + " + " + chunk
+                    : chunk + " * " + std::to_string(rows_) + " + row";
+}
+
+void RowSplit::OpenLoop(KernelSource& out) {
+  const int64_t items = rows_ * chunks_;
+  out.work_items = items;
+  out.partials = items;
+  out.partial_bytes = acc_ == "double" ? 8 : 4;
+  out.counters = rows_;
+  std::string chunk;
+  if (per_block_) {
+    out.block_size = kSplitBlockSize;
+    w_.Line("__shared__ " + acc_ + " lf_smem[32];");
+    w_.Line("__shared__ bool lf_last;");
+    w_.Open("for (" + idx_ + " lf_item = " + dialect_.block_index + "; lf_item < " +
+            std::to_string(items) + "; lf_item += " + dialect_.grid_size + ")");
+    w_.Line("const " + idx_ + " row = lf_item / " + std::to_string(chunks_) + ";");
+    chunk = "lf_item % " + std::to_string(chunks_);
+  } else {
+    out.block_size = kThreadBlockSize;
+    w_.Open("for (" + idx_ + " lf_item = (" + idx_ + ")" + dialect_.block_index + " * " +
+            dialect_.block_size + " + " + dialect_.thread_index + "; lf_item < " +
+            std::to_string(items) + "; lf_item += (" + idx_ + ")" + dialect_.grid_size + " * " +
+            dialect_.block_size + ")");
+    w_.Line("const " + idx_ + " row = lf_item % " + std::to_string(rows_) + ";");
+    chunk = "lf_item / " + std::to_string(rows_);
+  }
+  const std::string size = std::to_string(chunk_cols_);
+  w_.Line("const " + idx_ + " lf_begin = (" + chunk + ") * " + size + ";");
+  w_.Line("const " + idx_ + " lf_end = lf_begin + " + size + " < " + std::to_string(cols_) +
+          " ? lf_begin + " + size + " : " + std::to_string(cols_) + ";");
+}
+
+std::string RowSplit::ColumnLoop() const {
+  if (!per_block_) {
+    return "for (" + idx_ + " c = lf_begin; c < lf_end; ++c)";
+  }
+  return "for (" + idx_ + " c = lf_begin + " + dialect_.thread_index +
+         "; c < lf_end; c += " + dialect_.block_size + ")";
+}
+
+void RowSplit::Combine(const std::string& acc,
+                       const std::string& init,
+                       const Update& update,
+                       const char* combine) {
+  const std::string last = std::to_string(chunks_ - 1) + "u";
+  const std::string partial = "lf_ld_published(lf_partials, " + PartialIndex("k") + ")";
+  if (!per_block_) {
+    w_.Line("const bool lf_last = lf_publish(lf_partials, lf_item, " + acc +
+            ", lf_counters + row) == " + last + ";");
+    w_.Open("if (lf_last)");
+    w_.Line(acc + " = " + init + ";");
+    w_.Open("for (" + idx_ + " k = 0; k < " + std::to_string(chunks_) + "; ++k)");
+    w_.Line(acc + " = " + update(acc, partial) + ";");
+    w_.Close();
+    return;
+  }
+  w_.Open(std::string("if (") + dialect_.thread_index + " == 0)");
+  w_.Line("lf_last = lf_publish(lf_partials, lf_item, " + acc + ", lf_counters + row) == " + last +
+          ";");
+  w_.Close();
+  w_.Line(std::string(dialect_.barrier) + ";");
+  w_.Open("if (lf_last)");
+  w_.Line(acc + " = " + init + ";");
+  w_.Open("for (" + idx_ + " k = " + dialect_.thread_index + "; k < " + std::to_string(chunks_) +
+          "; k += " + dialect_.block_size + ")");
+  w_.Line(acc + " = " + update(acc, partial) + ";");
+  w_.Close();
+  w_.Line(acc + " = lf_block_reduce(" + acc + ", " + combine + "(), lf_smem);");
+}
+
+void RowSplit::CloseRow() {
+  w_.Close();  // if (lf_last)
+  if (per_block_) {
+    w_.Line(std::string(dialect_.barrier) + ";");  // lf_last is rewritten next chunk
+  }
+}
+
+}  // namespace lazyfuse
