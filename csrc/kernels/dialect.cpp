@@ -219,6 +219,41 @@ __device__ __forceinline__ T lf_block_reduce(T v, Op op, T* smem) {
   for (int w = 1; w < warps; ++w) out = op(out, smem[w]);
   return out;
 }
+
+// Online softmax statistics: m is a running max, s the sum of exp(x - m).
+// A merge rescales each side by exp(its max - the new max), except a side
+// whose max is -inf and the new max too: exp(-inf - -inf) would be NaN where
+// eager has seen only -inf so far. +inf still meets +inf, giving eager's NaN.
+// Symmetric, so every lane of a butterfly agrees.
+template <typename T> __device__ __forceinline__ bool lf_is_neg_inf(T x) {
+  return x < (T)0 && x - x != x - x;
+}
+template <typename T> __device__ __forceinline__ void lf_softmax_merge(T& m, T& s, T m2, T s2) {
+  const T mx = lf_maximum(m, m2);
+  const T a = (m == mx && lf_is_neg_inf(m)) ? s : s * lf_exp(m - mx);
+  const T b = (m2 == mx && lf_is_neg_inf(m2)) ? s2 : s2 * lf_exp(m2 - mx);
+  m = mx;
+  s = a + b;
+}
+template <typename T>
+__device__ __forceinline__ void lf_block_softmax_stats(T& m, T& s, T* smem_m, T* smem_s) {
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    const T m2 = __shfl_xor_sync(0xffffffffu, m, offset);
+    const T s2 = __shfl_xor_sync(0xffffffffu, s, offset);
+    lf_softmax_merge(m, s, m2, s2);
+  }
+  const int warps = (blockDim.x + 31) >> 5;
+  if (warps == 1) return;
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) {
+    smem_m[threadIdx.x >> 5] = m;
+    smem_s[threadIdx.x >> 5] = s;
+  }
+  __syncthreads();
+  m = smem_m[0];
+  s = smem_s[0];
+  for (int w = 1; w < warps; ++w) lf_softmax_merge(m, s, smem_m[w], smem_s[w]);
+}
 )CUDA";
 
 }  // namespace

@@ -16,6 +16,8 @@
 #include <algorithm>
 #include <functional>
 #include <optional>
+#include <tuple>
+#include <utility>
 
 #include "fusion/rules.h"
 #include "kernels/codegen.h"
@@ -85,6 +87,9 @@ class ReductionKernel {
       w_.Line("__shared__ " + acc_ + " lf_smem[32];");
       if (row_cache_) {
         w_.Line("__shared__ " + acc_ + " lf_row[" + std::to_string(cols_) + "];");
+      } else if (rule_.kind == ReductionKind::kSoftmax ||
+                 rule_.kind == ReductionKind::kLogSoftmax) {
+        w_.Line("__shared__ " + acc_ + " lf_smem2[32];");  // online softmax's sums
       }
       w_.Open("for (" + idx_ + " row = " + dialect_.block_index + "; row < " +
               std::to_string(rows_) + "; row += " + dialect_.grid_size + ")");
@@ -313,7 +318,7 @@ class ReductionKernel {
           break;
         }
         const std::string m2 = Accumulate("0", squared, "lf_sum_op", false);
-        const std::string rstd = w_.NewVar("s");
+        const std::string rstd = w_.NewVar("rstd");
         w_.Line("const " + acc_ + " " + rstd + " = lf_rsqrt(" + m2 + " / " + cols + " + (" + acc_ +
                 ")" + ConstantLiteral(at::scalar_tensor(rule_.eps, at::kDouble)) + ");");
         w_.BindRegister(step_.outputs[1], Result(1, mean));
@@ -324,11 +329,17 @@ class ReductionKernel {
       }
       case ReductionKind::kSoftmax:
       case ReductionKind::kLogSoftmax: {
-        const std::string top = Accumulate(neg_inf, max, "lf_max_op", false);
-        auto exp_sum = [&](const std::string& a, const std::string& x) {
-          return a + " + lf_exp(" + x + " - " + top + ")";
-        };
-        const std::string total = Accumulate("0", exp_sum, "lf_sum_op", false);
+        std::string top;
+        std::string total;
+        if (row_cache_) {
+          top = Accumulate(neg_inf, max, "lf_max_op", false);
+          auto exp_sum = [&](const std::string& a, const std::string& x) {
+            return a + " + lf_exp(" + x + " - " + top + ")";
+          };
+          total = Accumulate("0", exp_sum, "lf_sum_op", false);
+        } else {
+          std::tie(top, total) = OnlineSoftmaxStats(neg_inf);
+        }
         const bool log = rule_.kind == ReductionKind::kLogSoftmax;
         const at::ScalarType dtype = program_.buffers[step_.outputs[0]].dtype;
         w_.BindCustom(step_.outputs[0],
@@ -347,6 +358,25 @@ class ReductionKernel {
       }
     }
     StoreRowOutputs();
+  }
+
+  // A row that is not cached is read twice, not three times: max and sum of
+  // exponentials in one pass (rescaling the sum when the max grows), then
+  // the outputs.
+  std::pair<std::string, std::string> OnlineSoftmaxStats(const std::string& neg_inf) {
+    const std::string m = w_.NewVar("m");
+    const std::string s = w_.NewVar("e");  // the sum of exponentials
+    w_.Line(acc_ + " " + m + " = " + neg_inf + ";");
+    w_.Line(acc_ + " " + s + " = 0;");
+    w_.Open(ColumnLoop());
+    KernelIndex index = ElementIndex("c");
+    element_linear_ = index.linear;
+    w_.Line("lf_softmax_merge(" + m + ", " + s + ", " + Input(index) + ", (" + acc_ + ")1);");
+    w_.Close();
+    if (block_) {
+      w_.Line("lf_block_softmax_stats(" + m + ", " + s + ", lf_smem, lf_smem2);");
+    }
+    return {m, s};
   }
 
   void BindLayerNormOutput(const std::string& mean, const std::string& rstd) {

@@ -145,7 +145,14 @@ void KernelWriter::Close() {
 }
 
 std::string KernelWriter::NewVar(const char* prefix) {
-  return prefix + std::to_string(next_var_++);
+  // Kernel parameters are in<k>, s<k> (host scalars) and out<k>: a local
+  // named like one would shadow it.
+  const std::string name = prefix;
+  TORCH_CHECK(name != "s" && name != "in" && name != "out",
+              "lazyfuse: kernel variable prefix '",
+              name,
+              "' would shadow a kernel parameter");
+  return name + std::to_string(next_var_++);
 }
 
 std::string KernelWriter::Lookup(const std::string& key) const {

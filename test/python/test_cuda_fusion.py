@@ -128,6 +128,38 @@ def test_multi_pass_rows_read_once_or_not(cols: int) -> None:
     assert any("lf_row[" in s for s in sources) == (cols * 4 <= 32 * 1024)
 
 
+@pytest.mark.parametrize("cols", [3, 100, 10000])
+def test_reduction_locals_do_not_shadow_host_scalars(cols: int) -> None:
+    # Host scalars are kernel parameters s<k>; reduction locals once used the
+    # same prefix, and log_softmax(x + scalar) read its own sum as the scalar.
+    x = torch.randn(4, cols)
+    scalars = [torch.tensor(1.0 + k / 10) for k in range(12)]
+
+    def scaled(a: torch.Tensor, *s: torch.Tensor) -> torch.Tensor:
+        for value in s:
+            a = a * value
+        return a
+
+    check(lambda a, *s: torch.log_softmax(scaled(a, *s), -1), x, *scalars, rtol=1e-5)
+    check(lambda a, *s: F.layer_norm(scaled(a, *s), (cols,)), x, *scalars, atol=1e-5, rtol=1e-5)
+    check(lambda a, *s: torch.softmax(scaled(a, *s), 0), x, *scalars, rtol=1e-5)
+
+
+@pytest.mark.parametrize("cols", [1000, 10000])
+def test_softmax_rows_with_infinities_and_nan(cols: int) -> None:
+    # Long rows take max and sum in one pass, rescaling the sum as the max
+    # grows; -inf prefixes, all -inf rows and NaN must still come out as
+    # eager's.
+    x = torch.randn(4, cols) * 5
+    x[0] = float("-inf")
+    x[1, : cols // 2] = float("-inf")
+    x[2, 7] = float("nan")
+    x[3, -1] = float("inf")
+    check(lambda a: torch.softmax(a, -1), x, equal_nan=True)
+    check(lambda a: torch.log_softmax(a, -1), x, equal_nan=True)
+    check(lambda a: torch.softmax(a.t(), 0), x, equal_nan=True)
+
+
 @pytest.mark.parametrize("dims", [(-1,), (0,), (0, 2), (1,)])
 def test_reductions(dims: tuple[int, ...]) -> None:
     x = torch.randn(17, 31, 65)
