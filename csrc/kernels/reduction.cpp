@@ -29,6 +29,9 @@ namespace {
 
 // Static shared memory is at most 48 KiB a block; the row cache takes 32.
 constexpr int64_t kRowCacheBytes = 32 * 1024;
+// Shorter uncached rows keep softmax's three passes: cheap at that length,
+// and without the rounding the online pass's rescaling adds.
+constexpr int64_t kOnlineSoftmaxMinColumns = 1024;
 
 class ReductionKernel {
  public:
@@ -87,8 +90,7 @@ class ReductionKernel {
       w_.Line("__shared__ " + acc_ + " lf_smem[32];");
       if (row_cache_) {
         w_.Line("__shared__ " + acc_ + " lf_row[" + std::to_string(cols_) + "];");
-      } else if (rule_.kind == ReductionKind::kSoftmax ||
-                 rule_.kind == ReductionKind::kLogSoftmax) {
+      } else if (OnlineSoftmax()) {
         w_.Line("__shared__ " + acc_ + " lf_smem2[32];");  // online softmax's sums
       }
       w_.Open("for (" + idx_ + " row = " + dialect_.block_index + "; row < " +
@@ -331,7 +333,7 @@ class ReductionKernel {
       case ReductionKind::kLogSoftmax: {
         std::string top;
         std::string total;
-        if (row_cache_) {
+        if (!OnlineSoftmax()) {
           top = Accumulate(neg_inf, max, "lf_max_op", false);
           auto exp_sum = [&](const std::string& a, const std::string& x) {
             return a + " + lf_exp(" + x + " - " + top + ")";
@@ -358,6 +360,11 @@ class ReductionKernel {
       }
     }
     StoreRowOutputs();
+  }
+
+  bool OnlineSoftmax() const {
+    return (rule_.kind == ReductionKind::kSoftmax || rule_.kind == ReductionKind::kLogSoftmax) &&
+           !row_cache_ && cols_ >= kOnlineSoftmaxMinColumns;
   }
 
   // A row that is not cached is read twice, not three times: max and sum of
