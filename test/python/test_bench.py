@@ -12,16 +12,21 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_gpu_training_smoke_runs_every_model(tmp_path: Path) -> None:
+def smoke_report(script: str, out: Path) -> dict:
+    """Runs bench/<script>.py --smoke into `out`; its JSON report."""
     run = subprocess.run(
-        [sys.executable, "bench/gpu_training.py", "--smoke", "--out", str(tmp_path)],
+        [sys.executable, f"bench/{script}.py", "--smoke", "--out", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
-    report = json.loads((tmp_path / "gpu_training.json").read_text())
+    return json.loads((out / f"{script}.json").read_text())
+
+
+def test_gpu_training_smoke_runs_every_model(tmp_path: Path) -> None:
+    report = smoke_report("gpu_training", tmp_path)
     models = {row["model"] for row in report["training"]}
     assert models == {"mlp", "lenet5", "transformer"}
     assert all(row["steps/s"] > 0 for row in report["training"])
@@ -37,15 +42,7 @@ def test_gpu_check_script_parses() -> None:
 
 
 def test_host_overhead_smoke_counts_kernels_per_step(tmp_path: Path) -> None:
-    run = subprocess.run(
-        [sys.executable, "bench/host_overhead.py", "--smoke", "--out", str(tmp_path)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
-    report = json.loads((tmp_path / "host_overhead.json").read_text())
+    report = smoke_report("host_overhead", tmp_path)
     assert {row["model"] for row in report["counts"]} == {"mlp", "lenet5", "transformer"}
     for row in report["counts"]:
         # Fusion launches fewer kernels than eager dispatches ops, and every
