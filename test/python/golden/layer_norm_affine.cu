@@ -18,9 +18,9 @@ extern "C" __global__ void lf_reduction_nativelayernorm(const float* __restrict_
       a5 = a5 + (lf_row[c] - m4) * (lf_row[c] - m4);
     }
     a5 = lf_block_reduce(a5, lf_sum_op(), lf_smem);
-    const float s7 = lf_rsqrt(a5 / (float)64 + (float)(1.0000000000000001e-05));
+    const float rstd7 = lf_rsqrt(a5 / (float)64 + (float)(1.0000000000000001e-05));
     const float r8 = (float)(m4);
-    const float r9 = (float)(s7);
+    const float r9 = (float)(rstd7);
     for (int c = threadIdx.x; c < 64; c += blockDim.x) {
       const int p10 = row * 64 + c;
       const int x11 = (p10) / 64;
@@ -28,7 +28,7 @@ extern "C" __global__ void lf_reduction_nativelayernorm(const float* __restrict_
       const int l13 = x12;
       const float v14 = lf_ld(in1, l13);
       const float v15 = lf_ld(in2, l13);
-      const float v16 = (float)((((lf_row[c] - m4) * s7) * (float)v14) + (float)v15);
+      const float v16 = (float)((((lf_row[c] - m4) * rstd7) * (float)v14) + (float)v15);
       lf_st(out0, p10, (float)(v16));
     }
   }
