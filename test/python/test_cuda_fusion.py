@@ -145,6 +145,16 @@ def test_reduction_locals_do_not_shadow_host_scalars(cols: int) -> None:
     check(lambda a, *s: torch.softmax(scaled(a, *s), 0), x, *scalars, rtol=1e-5)
 
 
+@pytest.mark.parametrize(
+    "dtype", [torch.float16, torch.bfloat16, torch.float64, torch.int32, torch.int64, torch.bool]
+)
+def test_host_scalars_of_every_dtype(dtype: torch.dtype) -> None:
+    # A 0-dim lazy value is passed to the kernel by value, read from its data.
+    x = torch.randn(64).to(dtype) if dtype != torch.bool else torch.rand(64) > 0.5
+    scalar = torch.tensor(3, dtype=dtype) if dtype != torch.bool else torch.tensor(True)
+    check(lambda a, s: torch.where(a == s, s, a) if dtype == torch.bool else a * s + s, x, scalar)
+
+
 @pytest.mark.parametrize("cols", [1000, 10000])
 def test_softmax_rows_with_infinities_and_nan(cols: int) -> None:
     # Long rows take max and sum in one pass, rescaling the sum as the max
