@@ -297,7 +297,6 @@ class Planner {
 
   FusionPlan Finish() {
     std::vector<int> group_of(program_.buffers.size(), -1);
-    std::vector<int> final_index(groups_.size(), -1);
     std::vector<size_t> order;
     for (size_t g = 0; g < groups_.size(); ++g) {
       if (alive_[g] && !groups_[g].steps.empty()) {
@@ -309,7 +308,6 @@ class Planner {
     });
     FusionPlan plan;
     for (size_t g : order) {
-      final_index[g] = static_cast<int>(plan.groups.size());
       if (groups_[g].kind == GroupKind::kPointwise && OnlyViews(groups_[g])) {
         groups_[g].kind = GroupKind::kView;
       }
@@ -377,9 +375,13 @@ const char* GroupKindName(GroupKind kind) {
   return "unknown";
 }
 
+bool LaunchesKernel(GroupKind kind) {
+  return kind == GroupKind::kPointwise || kind == GroupKind::kReduction;
+}
+
 size_t FusionPlan::FusedGroupCount() const {
   return std::count_if(groups.begin(), groups.end(), [](const FusionGroup& group) {
-    return group.kind == GroupKind::kPointwise || group.kind == GroupKind::kReduction;
+    return LaunchesKernel(group.kind);
   });
 }
 
@@ -405,7 +407,7 @@ std::string FusionPlan::ToString(const Program& program) const {
   for (size_t g = 0; g < groups.size(); ++g) {
     const FusionGroup& group = groups[g];
     out << "  group " << g << " [" << GroupKindName(group.kind);
-    if (group.kind == GroupKind::kPointwise || group.kind == GroupKind::kReduction) {
+    if (LaunchesKernel(group.kind)) {
       out << " " << shape(group.domain);
     }
     out << "]:";

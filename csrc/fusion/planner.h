@@ -23,6 +23,8 @@ enum class GroupKind {
 };
 
 const char* GroupKindName(GroupKind kind);
+// Pointwise and reduction groups become kernels; ATen and view groups do not.
+bool LaunchesKernel(GroupKind kind);
 
 struct FusionGroup {
   GroupKind kind = GroupKind::kAten;
@@ -42,7 +44,7 @@ struct FusionGroup {
 struct FusionPlan {
   std::vector<FusionGroup> groups;  // in execution order
 
-  // Groups that launch a kernel: pointwise and reduction groups.
+  // Groups that launch a kernel.
   size_t FusedGroupCount() const;
   std::string ToString(const Program& program) const;
 };

@@ -269,7 +269,7 @@ KernelSource GenerateKernel(const Program& program,
                             const FusionGroup& group,
                             const KernelSignature& signature,
                             const KernelDialect& dialect) {
-  TORCH_CHECK(group.kind == GroupKind::kPointwise || group.kind == GroupKind::kReduction,
+  TORCH_CHECK(LaunchesKernel(group.kind),
               "lazyfuse: a ",
               GroupKindName(group.kind),
               " group has no kernel");

@@ -205,12 +205,12 @@ std::vector<at::Tensor> FusedKernel::Launch(const std::vector<at::Tensor>& input
                                            source.partial_bytes == 8 ? at::kDouble : at::kFloat));
     workspace.push_back(target_->NewOutput({source.counters}, at::kInt).zero_());
   }
-  std::vector<at::Tensor> written = outputs;
-  written.insert(written.end(), workspace.begin(), workspace.end());
-  for (const at::Tensor& output : written) {
-    ArgSlot slot{};
-    slot.pointer = output.data_ptr();
-    slots.push_back(slot);
+  for (const auto* written : {&outputs, &workspace}) {
+    for (const at::Tensor& tensor : *written) {
+      ArgSlot slot{};
+      slot.pointer = tensor.data_ptr();
+      slots.push_back(slot);
+    }
   }
   std::vector<void*> params;
   for (ArgSlot& slot : slots) {

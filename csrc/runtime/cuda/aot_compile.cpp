@@ -32,7 +32,7 @@ std::vector<KernelCompileRecord> CompileFusedKernels(
   const FusionPlan plan = PlanFusion(program);
   const auto view_strides = PredictedViewStrides(program, plan);
   for (const FusionGroup& group : plan.groups) {
-    if (group.kind == GroupKind::kAten || group.kind == GroupKind::kView) {
+    if (!LaunchesKernel(group.kind)) {
       continue;
     }
     KernelSignature signature = PredictedSignature(program, group, host_scalar_parameters);
