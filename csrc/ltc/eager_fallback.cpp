@@ -1,6 +1,7 @@
 #include "ltc/eager_fallback.h"
 
 #include <ATen/Functions.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/lazy/core/metrics.h>
 #include <torch/csrc/lazy/core/tensor.h>
@@ -11,6 +12,7 @@
 #include <unordered_map>
 
 #include "ltc/config.h"
+#include "ops/functionalized_composite.h"
 
 namespace lazyfuse {
 namespace {
@@ -61,11 +63,40 @@ c10::Device LazyDeviceOf(const std::vector<c10::IValue>& arguments) {
   return c10::Device(c10::kLazy, 0);
 }
 
+// A view cannot fall back: writes through the eager copy would be lost.
+void RefuseViews(const c10::FunctionSchema& schema) {
+  for (const c10::Argument& result : schema.returns()) {
+    const auto* alias = result.alias_info();
+    if (alias == nullptr || alias->isWrite()) {
+      continue;
+    }
+    std::string hint;
+    if (c10::impl::tls_local_dispatch_key_set().excluded_.has(c10::DispatchKey::Functionalize)) {
+      // A composite kernel took a view of a bare lazy tensor (Note
+      // [Composite kernels below functionalization]); an op defined since
+      // lazy data was last made is registered now.
+      RegisterNewFunctionalizedComposites();
+      hint =
+          ". It was called below functionalization, by a composite kernel on bare lazy tensors "
+          "(a custom op's implementation, say). lazyfuse runs a functional custom op's kernel "
+          "with functionalization once it has seen the op defined, which it checks when lazy "
+          "data is made and at mark_step: an op defined later works from its next call";
+    }
+    TORCH_CHECK(false,
+                "lazyfuse: ",
+                schema.name(),
+                " returns a view of its input and has no lazy lowering; a view cannot fall back to "
+                "eager execution because writes through it would be lost",
+                hint);
+  }
+}
+
 }  // namespace
 
 void LazyFuseEagerFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  CountFallback(op);
   const auto& schema = op.schema();
+  RefuseViews(schema);
+  CountFallback(op);
   const size_t num_arguments = schema.arguments().size();
   const auto arguments = torch::jit::last(stack, num_arguments).vec();
   const size_t arguments_begin = stack->size() - num_arguments;
@@ -127,11 +158,6 @@ void LazyFuseEagerFallback(const c10::OperatorHandle& op, torch::jit::Stack* sta
       }
       continue;
     }
-    TORCH_CHECK(alias == nullptr,
-                "lazyfuse: ",
-                schema.name(),
-                " returns a view of its input and has no lazy lowering; a view cannot fall back to "
-                "eager execution because writes through it would be lost");
     if (result.isTensor()) {
       const at::Tensor& t = result.toTensor();
       result = c10::IValue(t.defined() ? t.to(lazy_device) : t);

@@ -13,6 +13,7 @@
 #include "ltc/graph_executor.h"
 #include "ops/amp_functions.h"
 #include "ops/autocast.h"
+#include "ops/functionalized_composite.h"
 #include "ops/split_functions.h"
 
 namespace at {
@@ -47,6 +48,7 @@ void InitLazyFuseBackend() {
     RegisterAutocast();
     RegisterAmpFunctions();
     RegisterSplitOverrides();
+    RegisterFunctionalizedComposites();
   });
 }
 

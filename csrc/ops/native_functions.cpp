@@ -18,6 +18,7 @@
 #include "ltc/config.h"
 #include "ltc/graph_executor.h"
 #include "ops/device_checks.h"
+#include "ops/functionalized_composite.h"
 
 namespace lazyfuse {
 namespace {
@@ -38,6 +39,8 @@ at::Tensor WrapFunctional(const at::Tensor& tensor) {
 // host tensor and no handle, so the first mark_step after it took the
 // tensor for pending work and made it an extra graph result.
 at::Tensor LazyFromHost(const at::Tensor& host, std::optional<at::Device> device) {
+  // Ops defined since the last lazy data was made, before they see it.
+  RegisterNewFunctionalizedComposites();
   const c10::Device lazy_device = device.value_or(c10::Device(c10::kLazy, 0));
   const torch::lazy::BackendDevice backend_device =
       torch::lazy::atenDeviceToBackendDevice(lazy_device);

@@ -14,6 +14,7 @@
 #include "ltc/init.h"
 #include "ltc/node.h"
 #include "ops/autocast.h"
+#include "ops/functionalized_composite.h"
 #include "program/compile_log.h"
 #include "program/pending_graph.h"
 #include "runtime/cuda/aot_compile.h"
@@ -43,6 +44,7 @@ std::vector<const torch::lazy::Node*> RootsOf(const std::vector<at::Tensor>& ten
 
 // LazyGraphExecutor::MarkStep counts "MarkStep" itself.
 void MarkStep(bool wait) {
+  RegisterNewFunctionalizedComposites();
   auto device = DefaultBackendDevice();
   auto* executor = torch::lazy::LazyGraphExecutor::Get();
   executor->SyncLiveTensorsGraph(&device, /*devices=*/{}, wait);

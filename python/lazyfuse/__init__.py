@@ -8,6 +8,7 @@ value is read (``print``, ``.cpu()``, ``.item()``, a tensor in an ``if``).
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -36,6 +37,15 @@ def _check_torch_version() -> None:
 _check_torch_version()
 
 from lazyfuse import _C  # noqa: E402
+
+# torch defines some custom ops only on first use (linear_cross_entropy's
+# chunked variants). Defined before init, they are registered to run with
+# functionalization on lazy tensors (csrc/ops/functionalized_composite.h).
+for _module in ("torch.nn.modules.linear_cross_entropy",):
+    try:
+        importlib.import_module(_module)
+    except ImportError:  # torch releases that do not have it
+        pass
 
 # Importing lazyfuse registers it as the process's `lazy` device.
 _C._init()

@@ -2,8 +2,9 @@
 
 LTC's own counters are here (``CachedCompile``, ``UncachedCompile``,
 ``MarkStep``, ``IrNodeReused_*``), next to lazyfuse's: ``LazyFuseGraphsExecuted``,
-the ``LazyFuseStepsPerGraph`` metric, and one ``aten::<name>`` counter per op
-that fell back to eager execution.
+the ``LazyFuseStepsPerGraph`` metric, ``LazyFuseFunctionalizedComposite`` (custom
+ops run with functionalization), and one ``aten::<name>`` counter per op that
+fell back to eager execution.
 """
 
 from __future__ import annotations

@@ -1,0 +1,179 @@
+#include "ops/functionalized_composite.h"
+
+#include <ATen/FunctionalTensorWrapper.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <torch/csrc/lazy/core/metrics.h>
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <unordered_set>
+#include <vector>
+
+#include "ltc/eager_fallback.h"
+
+namespace lazyfuse {
+namespace {
+
+template <typename Fn>
+void ForEachTensorIn(c10::IValue& value, Fn&& fn) {
+  if (value.isTensor()) {
+    value = c10::IValue(fn(value.toTensor()));
+  } else if (value.isTensorList()) {
+    std::vector<at::Tensor> list = value.toTensorList().vec();
+    for (at::Tensor& tensor : list) {
+      tensor = fn(tensor);
+    }
+    value = c10::IValue(c10::List<at::Tensor>(list));
+  } else if (value.isOptionalTensorList()) {
+    c10::List<std::optional<at::Tensor>> list = value.toOptionalTensorList();
+    c10::List<std::optional<at::Tensor>> mapped;
+    for (const std::optional<at::Tensor> tensor : list) {
+      mapped.push_back(tensor.has_value() ? std::optional<at::Tensor>(fn(*tensor)) : tensor);
+    }
+    value = c10::IValue(mapped);
+  }
+}
+
+at::Tensor ToFunctional(const at::Tensor& tensor) {
+  if (!tensor.defined() || at::functionalization::impl::isFunctionalTensor(tensor)) {
+    return tensor;
+  }
+  return at::functionalization::impl::to_functional_tensor(tensor);
+}
+
+at::Tensor FromFunctional(const at::Tensor& tensor) {
+  if (!tensor.defined() || !at::functionalization::impl::isFunctionalTensor(tensor)) {
+    return tensor;
+  }
+  at::functionalization::impl::sync(tensor);
+  return at::functionalization::impl::from_functional_tensor(tensor);
+}
+
+// The Lazy kernel of an op in Note [Composite kernels below functionalization].
+void RunFunctionalized(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  // The op was redefined without a composite kernel since it was registered.
+  if (!op.hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd)) {
+    LazyFuseEagerFallback(op, stack);
+    return;
+  }
+  TORCH_LAZY_COUNTER("LazyFuseFunctionalizedComposite", 1);
+  const size_t num_arguments = op.schema().arguments().size();
+  for (size_t i = stack->size() - num_arguments; i < stack->size(); ++i) {
+    ForEachTensorIn((*stack)[i], ToFunctional);
+  }
+  {
+    // As at::functionalization::impl::functionalize_op_helper does, which
+    // would call the Meta kernel (a custom op's fake one) instead.
+    const c10::impl::LocalDispatchKeySet current = c10::impl::tls_local_dispatch_key_set();
+    c10::impl::PODLocalDispatchKeySet reenabled;
+    reenabled.set_included(current.included_);
+    reenabled.set_excluded(current.excluded_.remove(c10::DispatchKey::Functionalize));
+    c10::impl::ForceDispatchKeyGuard guard(reenabled);
+    c10::Dispatcher::singleton().callBoxedForDispatchKey(
+        op, c10::DispatchKey::CompositeExplicitAutograd, stack);
+  }
+  const size_t num_returns = op.schema().returns().size();
+  for (size_t i = stack->size() - num_returns; i < stack->size(); ++i) {
+    ForEachTensorIn((*stack)[i], FromFunctional);
+  }
+}
+
+bool IsFunctionalSchema(const c10::FunctionSchema& schema) {
+  for (const c10::Argument& argument : schema.arguments()) {
+    if (argument.alias_info() != nullptr) {
+      return false;
+    }
+  }
+  for (const c10::Argument& result : schema.returns()) {
+    if (result.alias_info() != nullptr) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// aten's composite kernels that take views are composed from lowered ops in
+// composite_functions.cpp; every other namespace is a library's.
+bool NeedsFunctionalizedComposite(const c10::OperatorHandle& op) {
+  const auto name_space = op.operator_name().getNamespace();
+  return !(name_space.has_value() && *name_space == "aten") && op.hasSchema() &&
+         IsFunctionalSchema(op.schema()) &&
+         op.hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) &&
+         !op.hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd) &&
+         !op.hasKernelForDispatchKey(c10::DispatchKey::Lazy);
+}
+
+class Registry final : public c10::OpRegistrationListener {
+ public:
+  void onOperatorRegistered(const c10::OperatorHandle& op) override {
+    // The dispatcher's lock is held here, so registering must wait.
+    std::lock_guard<std::mutex> lock(pending_mutex_);
+    pending_.push_back(op.operator_name());
+    has_pending_.store(true, std::memory_order_release);
+  }
+  void onOperatorDeregistered(const c10::OperatorHandle&) override {}
+
+  size_t RegisterPending() {
+    if (!has_pending_.load(std::memory_order_acquire)) {
+      return 0;
+    }
+    std::lock_guard<std::mutex> registering(registration_mutex_);
+    std::vector<c10::OperatorName> names;
+    {
+      std::lock_guard<std::mutex> lock(pending_mutex_);
+      names.swap(pending_);
+      has_pending_.store(false, std::memory_order_release);
+    }
+    size_t registered = 0;
+    for (const c10::OperatorName& name : names) {
+      std::optional<c10::OperatorHandle> op = c10::Dispatcher::singleton().findOp(name);
+      if (!op || !NeedsFunctionalizedComposite(*op) || !registered_.insert(name).second) {
+        continue;
+      }
+      handles_.push_back(c10::Dispatcher::singleton().registerImpl(
+          name,
+          c10::DispatchKey::Lazy,
+          c10::KernelFunction::makeFromBoxedFunction<&RunFunctionalized>(),
+          std::nullopt,
+          nullptr,
+          "lazyfuse: composite kernel run with functionalization"));
+      ++registered;
+    }
+    return registered;
+  }
+
+ private:
+  std::mutex pending_mutex_;
+  std::atomic<bool> has_pending_{false};
+  std::vector<c10::OperatorName> pending_;
+  std::mutex registration_mutex_;
+  std::unordered_set<c10::OperatorName> registered_;
+  std::vector<c10::RegistrationHandleRAII> handles_;
+};
+
+// Set once by the backend's init. Leaked on purpose: the dispatcher owns the
+// listener, and registrations must outlive every dispatcher call.
+std::atomic<Registry*> registry{nullptr};
+
+}  // namespace
+
+void RegisterFunctionalizedComposites() {
+  auto owned = std::make_unique<Registry>();
+  Registry* expected = nullptr;
+  TORCH_CHECK(registry.compare_exchange_strong(expected, owned.get()),
+              "lazyfuse: composite registration initialised twice");
+  // Replays every op defined so far, then reports each new one.
+  static auto* listener = new c10::RegistrationHandleRAII(
+      c10::Dispatcher::singleton().addRegistrationListener(std::move(owned)));
+  (void)listener;
+  RegisterNewFunctionalizedComposites();
+}
+
+size_t RegisterNewFunctionalizedComposites() {
+  Registry* current = registry.load(std::memory_order_acquire);
+  return current == nullptr ? 0 : current->RegisterPending();
+}
+
+}  // namespace lazyfuse
