@@ -1,6 +1,7 @@
 #include "ltc/config.h"
 
 #include <ATen/Context.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/lazy/core/config.h>
 
@@ -30,6 +31,35 @@ bool FlagFromEnv(const char* name) {
   return env != nullptr && *env != '\0' && std::string(env) != "0";
 }
 
+// The device torch would use now: torch.cuda.set_device before import
+// picks it.
+c10::Device CurrentCudaDevice() {
+  return c10::Device(c10::kCUDA, c10::impl::getDeviceGuardImpl(c10::kCUDA)->getDevice().index());
+}
+
+// The N of "cuda:N", checked before CUDA is looked for.
+int CudaIndexNamed(const std::string& name) {
+  const std::string digits = name.substr(5);
+  TORCH_CHECK(!digits.empty() && digits.size() <= 3 &&
+                  digits.find_first_not_of("0123456789") == std::string::npos,
+              "lazyfuse: LAZYFUSE_DEVICE=",
+              name,
+              " does not name a CUDA device; write cuda:N, N a device index");
+  return std::stoi(digits);
+}
+
+c10::Device CudaDevice(const std::string& name, int index) {
+  const int count = c10::impl::getDeviceGuardImpl(c10::kCUDA)->deviceCount();
+  TORCH_CHECK(index < count,
+              "lazyfuse: LAZYFUSE_DEVICE=",
+              name,
+              ", but this machine has ",
+              count,
+              " CUDA device",
+              count == 1 ? "" : "s");
+  return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index));
+}
+
 }  // namespace
 
 c10::Device BackingDevice() {
@@ -42,16 +72,19 @@ void InitBackingDeviceFromEnv() {
   if (choice.empty()) {
     // Emulating CUDA means running its kernels on the CPU, GPU or not.
     const bool gpu = at::hasCUDA() && !FlagFromEnv("LAZYFUSE_EMULATE_CUDA");
-    g_backing_device = gpu ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
+    g_backing_device = gpu ? CurrentCudaDevice() : c10::Device(c10::kCPU);
   } else if (choice == "cpu") {
     g_backing_device = c10::Device(c10::kCPU);
-  } else if (choice == "cuda") {
-    TORCH_CHECK(
-        at::hasCUDA(),
-        "lazyfuse: LAZYFUSE_DEVICE=cuda, but this torch build or machine has no CUDA device");
-    g_backing_device = c10::Device(c10::kCUDA, 0);
+  } else if (choice == "cuda" || choice.rfind("cuda:", 0) == 0) {
+    const int index = choice == "cuda" ? -1 : CudaIndexNamed(choice);
+    TORCH_CHECK(at::hasCUDA(),
+                "lazyfuse: LAZYFUSE_DEVICE=",
+                choice,
+                ", but this torch build or machine has no CUDA device");
+    g_backing_device = index < 0 ? CurrentCudaDevice() : CudaDevice(choice, index);
   } else {
-    TORCH_CHECK(false, "lazyfuse: LAZYFUSE_DEVICE must be 'cpu' or 'cuda', got '", choice, "'");
+    TORCH_CHECK(
+        false, "lazyfuse: LAZYFUSE_DEVICE must be 'cpu', 'cuda' or 'cuda:N', got '", choice, "'");
   }
   // On unless turned off: tracing a step that repeats then recycles the IR
   // nodes of the last one instead of building new ones.

@@ -21,6 +21,7 @@
 #include "runtime/cuda/nvrtc.h"
 #include "runtime/emulated/target.h"
 #include "runtime/kernel_cache.h"
+#include "runtime/module_registry.h"
 
 namespace lazyfuse {
 namespace {
@@ -194,6 +195,9 @@ PYBIND11_MODULE(_C, m) {
     return out;
   });
   m.def("_kernel_cache_dir", &KernelCacheDir);
+  m.def("_loaded_kernel_modules", &LoadedModuleCount::Now);
+  m.def("_clear_graph_cache",
+        [] { torch::lazy::LazyGraphExecutor::Get()->ClearComputationCache(); });
   m.def("_kernel_settings", [] {
     const KernelSettings& settings = GetKernelSettings();
     std::string compiler;

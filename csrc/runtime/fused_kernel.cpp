@@ -70,6 +70,10 @@ ArgSlot HostScalarSlot(const at::Tensor& value) {
   return slot;
 }
 
+bool IsHostScalar(const at::Tensor& tensor) {
+  return tensor.dim() == 0 && tensor.is_cpu();
+}
+
 std::atomic<bool> g_inject_faults{false};
 
 std::string FusedStepName(const Program& program, const FusionGroup& group) {
@@ -109,7 +113,8 @@ FusedKernel::FusedKernel(std::shared_ptr<const Program> program,
     : program_(std::move(program)),
       group_(std::move(group)),
       target_(std::move(target)),
-      strict_(strict) {
+      strict_(strict),
+      device_type_(target_->device().type()) {
   for (BufferId id : group_.inputs) {
     constant_input_.push_back(std::any_of(program_->constants.begin(),
                                           program_->constants.end(),
@@ -119,18 +124,17 @@ FusedKernel::FusedKernel(std::shared_ptr<const Program> program,
 
 KernelSignature FusedKernel::Bind(const std::vector<at::Tensor>& inputs) const {
   KernelSignature signature;
-  const c10::DeviceType device_type = target_->device().type();
   for (size_t k = 0; k < inputs.size(); ++k) {
     const at::Tensor& tensor = inputs[k];
     const bool constant = constant_input_[k];
     InputBinding binding;
-    if (tensor.dim() == 0 && tensor.is_cpu()) {
+    if (IsHostScalar(tensor)) {
       binding.kind = constant ? InputBinding::Kind::kConstant : InputBinding::Kind::kHostScalar;
       if (constant) {
         binding.literal = ConstantLiteral(tensor);
       }
     } else {
-      TORCH_CHECK(tensor.device().type() == device_type,
+      TORCH_CHECK(tensor.device().type() == device_type_,
                   "lazyfuse: fused kernel input ",
                   k,
                   " is on ",
@@ -146,6 +150,27 @@ KernelSignature FusedKernel::Bind(const std::vector<at::Tensor>& inputs) const {
   return signature;
 }
 
+bool FusedKernel::Matches(const KernelSignature& signature,
+                          const std::vector<at::Tensor>& inputs) const {
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    const InputBinding& binding = signature.inputs[k];
+    const at::Tensor& tensor = inputs[k];
+    // Whether an input is a program constant is fixed, and so is its value.
+    if (IsHostScalar(tensor)) {
+      if (binding.kind == InputBinding::Kind::kTensor) {
+        return false;
+      }
+      continue;
+    }
+    const bool aligned = reinterpret_cast<uintptr_t>(tensor.const_data_ptr()) % 16 == 0;
+    if (binding.kind != InputBinding::Kind::kTensor || tensor.device().type() != device_type_ ||
+        aligned != binding.aligned || !tensor.strides().equals(binding.strides)) {
+      return false;
+    }
+  }
+  return true;
+}
+
 const FusedKernel::Variant& FusedKernel::VariantFor(const KernelSignature& signature) {
   std::lock_guard<std::mutex> lock(mutex_);
   for (const auto& variant : variants_) {
@@ -158,6 +183,7 @@ const FusedKernel::Variant& FusedKernel::VariantFor(const KernelSignature& signa
   variant->source = GenerateKernel(*program_, group_, signature, target_->dialect());
   variant->loaded = target_->Load(variant->source);
   variants_.push_back(std::move(variant));
+  last_variant_.store(variants_.back().get(), std::memory_order_release);
   return *variants_.back();
 }
 
@@ -171,7 +197,12 @@ void InjectKernelFaultsForTesting(bool enabled) {
 std::vector<at::Tensor> FusedKernel::Launch(const std::vector<at::Tensor>& inputs) {
   TORCH_LAZY_TIMED("LazyFuseKernelLaunch");
   TORCH_CHECK(!g_inject_faults.load(), "injected kernel fault (InjectKernelFaultsForTesting)");
-  const Variant& variant = VariantFor(Bind(inputs));
+  const Variant* cached = last_variant_.load(std::memory_order_acquire);
+  if (cached == nullptr || !Matches(cached->signature, inputs)) {
+    cached = &VariantFor(Bind(inputs));
+    last_variant_.store(cached, std::memory_order_release);
+  }
+  const Variant& variant = *cached;
   const KernelSource& source = variant.source;
   std::vector<at::Tensor> outputs;
   for (BufferId id : group_.outputs) {

@@ -10,6 +10,7 @@
 
 #include <c10/core/Device.h>
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -48,6 +49,9 @@ class FusedKernel {
   };
   const Variant& VariantFor(const KernelSignature& signature);
   KernelSignature Bind(const std::vector<at::Tensor>& inputs) const;
+  // Whether `inputs` bind as `signature` says, checked without building a
+  // signature: the launch path of a cached graph.
+  bool Matches(const KernelSignature& signature, const std::vector<at::Tensor>& inputs) const;
   std::vector<at::Tensor> Launch(const std::vector<at::Tensor>& inputs);
   std::vector<at::Tensor> RunAtenSteps(const std::vector<at::Tensor>& inputs) const;
 
@@ -57,8 +61,11 @@ class FusedKernel {
   bool strict_;
   // Per input: whether it is a program constant (written into the source).
   std::vector<bool> constant_input_;
+  c10::DeviceType device_type_;
   mutable std::mutex mutex_;
+  // Never shrinks, so a Variant's address is stable for last_variant_.
   std::vector<std::unique_ptr<Variant>> variants_;
+  std::atomic<const Variant*> last_variant_{nullptr};
   bool warned_ = false;
 };
 

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <list>
 #include <mutex>
 #include <random>
 #include <sstream>
@@ -21,6 +22,8 @@ constexpr char kMagic[4] = {'L', 'Z', 'F', 'K'};
 // 2: the checksum covers the format byte and the target name too.
 constexpr uint8_t kFormat = 2;
 constexpr size_t kHeader = 4 + 1 + 1 + 8 + 8;
+// The memory cache's bound, documented in kernel_cache.h.
+constexpr size_t kMemoryCachedKernels = 1024;
 
 uint64_t Fnv1a(const std::string& data, uint64_t hash = 1469598103934665603ull) {
   for (unsigned char c : data) {
@@ -89,8 +92,6 @@ void WriteEntry(const std::string& path, const CompiledKernel& kernel) {
   }
 }
 
-std::mutex g_cache_mutex;
-
 void MakeDirs(const std::string& path) {
   for (size_t at = 1; at <= path.size(); ++at) {
     if (at == path.size() || path[at] == '/') {
@@ -139,20 +140,59 @@ std::string SaveKernelSource(const std::string& source,
   return path;
 }
 
+namespace {
+
+// The memory cache: the most recently used binaries, so a graph compiled
+// again after LTC evicted it skips even the disk read. Bounded; an entry it
+// drops costs a disk read (or a compile) the next time.
+class MemoryCache {
+ public:
+  std::shared_ptr<const CompiledKernel> Find(const std::string& key) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = entries_.find(key);
+    if (it == entries_.end()) {
+      return nullptr;
+    }
+    order_.splice(order_.begin(), order_, it->second.second);
+    return it->second.first;
+  }
+
+  std::shared_ptr<const CompiledKernel> Insert(const std::string& key,
+                                               std::shared_ptr<const CompiledKernel> entry) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = entries_.find(key);
+    if (it != entries_.end()) {
+      return it->second.first;  // another thread compiled it first
+    }
+    order_.push_front(key);
+    entries_.emplace(key, std::make_pair(entry, order_.begin()));
+    while (entries_.size() > kMemoryCachedKernels) {
+      entries_.erase(order_.back());
+      order_.pop_back();
+    }
+    return entry;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::list<std::string> order_;  // most recently used first
+  std::unordered_map<
+      std::string,
+      std::pair<std::shared_ptr<const CompiledKernel>, std::list<std::string>::iterator>>
+      entries_;
+};
+
+}  // namespace
+
 std::shared_ptr<const CompiledKernel> CachedCompile(
     const std::string& source,
     const std::string& compiler_key,
     const std::function<CompiledKernel()>& compile) {
-  static auto* memory =
-      new std::unordered_map<std::string, std::shared_ptr<const CompiledKernel>>();
+  static auto* memory = new MemoryCache();
   const std::string key =
       torch::lazy::HashToString(torch::lazy::Hash(source)).substr(2) + "_" + compiler_key;
-  {
-    std::lock_guard<std::mutex> lock(g_cache_mutex);
-    auto it = memory->find(key);
-    if (it != memory->end()) {
-      return it->second;
-    }
+  if (std::shared_ptr<const CompiledKernel> hit = memory->Find(key)) {
+    return hit;
   }
   const std::string dir = KernelCacheDir();
   const std::string path = dir.empty() ? std::string() : dir + "/kernels/" + key + ".bin";
@@ -168,8 +208,7 @@ std::shared_ptr<const CompiledKernel> CachedCompile(
     }
     entry = std::move(compiled);
   }
-  std::lock_guard<std::mutex> lock(g_cache_mutex);
-  return memory->emplace(key, entry).first->second;
+  return memory->Insert(key, std::move(entry));
 }
 
 }  // namespace lazyfuse

@@ -2,7 +2,8 @@
 
 // Compiled kernels behind two caches, for every target. A kernel's key is the
 // hash of its source and a compiler key (the target, the compiler's version
-// and its flags). The memory cache serves a process; the disk cache
+// and its flags). The memory cache serves a process and keeps the 1024 most
+// recently used binaries; the disk cache
 // (~/.cache/lazyfuse, or LAZYFUSE_CACHE_DIR; LAZYFUSE_CACHE_DIR=0 turns it
 // off) serves every process after the first. Entries are written to a
 // temporary file and renamed into place, and carry a checksum over everything

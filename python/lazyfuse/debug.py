@@ -107,6 +107,19 @@ def kernel_cache_dir() -> str:
     return str(_C._kernel_cache_dir())
 
 
+def loaded_kernel_modules() -> int:
+    """Kernel modules loaded now (CUDA modules, emulated shared libraries).
+    One is shared by every kernel with its binary, and unloaded when the
+    graphs holding it leave the compile cache."""
+    return int(_C._loaded_kernel_modules())
+
+
+def clear_graph_cache() -> None:
+    """Drops every compiled graph; the next step of each compiles again
+    (from the kernel caches, so without running the compiler)."""
+    _C._clear_graph_cache()
+
+
 def emulation() -> dict[str, object]:
     """Whether fused kernels run under CUDA emulation on the CPU, with the
     emulator's block and grid, strictness, and the host compiler it uses (or

@@ -363,3 +363,25 @@ SEMANTICS: dict[str, tuple[Callable[..., torch.Tensor], torch.Tensor]] = {
 def test_aten_semantics(case: str) -> None:
     fn, x = SEMANTICS[case]
     check(fn, x, atol=0, rtol=0)
+
+
+def test_kernel_modules_are_shared_and_unloaded_with_their_graphs() -> None:
+    lazy = lazyfuse.lazy_device()
+    x, y = torch.randn(300).to(lazy), torch.randn(300).to(lazy)
+    lazyfuse.mark_step()
+    (torch.sin(x) * 2.5).cpu()
+    # debug.last_kernels() keeps the last graph's kernels alive: compiled
+    # again, the graph finds its module loaded.
+    lazyfuse.debug.clear_graph_cache()
+    loaded = lazyfuse.debug.loaded_kernel_modules()
+    compiles = lazyfuse.metrics.counter_value("UncachedCompile")
+    (torch.sin(x) * 2.5).cpu()
+    assert lazyfuse.metrics.counter_value("UncachedCompile") == compiles + 1
+    assert lazyfuse.debug.loaded_kernel_modules() == loaded
+    # Once no graph holds a module, it is unloaded: one graph of one kernel
+    # is left.
+    for graph in (lambda: x + y, lambda: x - y):
+        lazyfuse.debug.clear_graph_cache()
+        graph().cpu()
+    assert len(lazyfuse.debug.last_kernels()) == 1
+    assert lazyfuse.debug.loaded_kernel_modules() == 1

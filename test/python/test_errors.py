@@ -118,10 +118,21 @@ def test_ts_backend_already_initialised_is_refused() -> None:
     assert "torch._lazy.ts_backend" in result.stdout
 
 
-def test_bad_backing_device_is_refused() -> None:
-    result = run_python("import lazyfuse", LAZYFUSE_DEVICE="tpu")
+@pytest.mark.parametrize(
+    ("choice", "message"),
+    [
+        ("tpu", "LAZYFUSE_DEVICE must be 'cpu', 'cuda' or 'cuda:N', got 'tpu'"),
+        ("cuda:x", "LAZYFUSE_DEVICE=cuda:x does not name a CUDA device"),
+        ("cuda:-1", "LAZYFUSE_DEVICE=cuda:-1 does not name a CUDA device"),
+        ("cuda:999", "this machine has"),
+    ],
+)
+def test_bad_backing_device_is_refused(choice: str, message: str) -> None:
+    result = run_python("import lazyfuse", LAZYFUSE_DEVICE=choice)
     assert result.returncode != 0
-    assert "LAZYFUSE_DEVICE must be 'cpu' or 'cuda'" in result.stderr
+    if message == "this machine has" and not torch.cuda.is_available():
+        message = "this torch build or machine has no CUDA device"
+    assert message in result.stderr
 
 
 @pytest.mark.parametrize(

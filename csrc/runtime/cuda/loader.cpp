@@ -175,6 +175,7 @@ const DriverApi& Driver() {
     Bind(handle, "cuCtxGetCurrent", api.cuCtxGetCurrent, &missing);
     Bind(handle, "cuCtxSetCurrent", api.cuCtxSetCurrent, &missing);
     Bind(handle, "cuModuleLoadData", api.cuModuleLoadData, &missing);
+    Bind(handle, "cuModuleUnload", api.cuModuleUnload, &missing);
     Bind(handle, "cuModuleGetFunction", api.cuModuleGetFunction, &missing);
     Bind(handle, "cuLaunchKernel", api.cuLaunchKernel, &missing);
     if (!missing.empty()) {

@@ -46,6 +46,7 @@ struct DriverApi {
   int (*cuCtxGetCurrent)(CUcontext*);
   int (*cuCtxSetCurrent)(CUcontext);
   int (*cuModuleLoadData)(CUmodule*, const void*);
+  int (*cuModuleUnload)(CUmodule);
   int (*cuModuleGetFunction)(CUfunction*, CUmodule, const char*);
   int (*cuLaunchKernel)(CUfunction,
                         unsigned int,

@@ -3,12 +3,15 @@
 #include <ATen/Functions.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
+#include <torch/csrc/lazy/core/hash.h>
 
+#include <array>
+#include <atomic>
 #include <mutex>
-#include <unordered_map>
 
 #include "runtime/cuda/loader.h"
 #include "runtime/cuda/nvrtc.h"
+#include "runtime/module_registry.h"
 
 namespace lazyfuse {
 namespace {
@@ -30,46 +33,97 @@ void CheckDriver(int status, const char* what) {
 }
 
 struct DeviceFacts {
-  int sm = 0;          // compute capability, e.g. 90
-  int processors = 0;  // streaming multiprocessors
+  int sm = 0;                         // compute capability, e.g. 90
+  int processors = 0;                 // streaming multiprocessors
+  cuda::CUcontext context = nullptr;  // the device's primary context, torch's
 };
 
-// Binds torch's (primary) context to this thread; module loads and launches
-// need one, and a thread that has not touched CUDA through torch has none.
-const DeviceFacts& PrepareDevice(int index) {
+constexpr int kMaxDevices = 64;
+
+// Read once per device, then without a lock or a driver call.
+const DeviceFacts& FactsOf(int index) {
+  static std::array<std::atomic<const DeviceFacts*>, kMaxDevices> known{};
+  TORCH_CHECK(index >= 0 && index < kMaxDevices, "lazyfuse: CUDA device index ", index);
+  if (const DeviceFacts* facts = known[index].load(std::memory_order_acquire)) {
+    return *facts;
+  }
   static std::mutex mutex;
-  static std::unordered_map<int, DeviceFacts> facts;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (const DeviceFacts* facts = known[index].load(std::memory_order_acquire)) {
+    return *facts;
+  }
   const cuda::DriverApi& driver = cuda::Driver();
-  cuda::CUcontext context = nullptr;
-  CheckDriver(driver.cuCtxGetCurrent(&context), "cuCtxGetCurrent");
   cuda::CUdevice device = 0;
   CheckDriver(driver.cuDeviceGet(&device, index), "cuDeviceGet");
-  if (context == nullptr) {
-    CheckDriver(driver.cuDevicePrimaryCtxRetain(&context, device), "cuDevicePrimaryCtxRetain");
-    CheckDriver(driver.cuCtxSetCurrent(context), "cuCtxSetCurrent");
-  }
-  std::lock_guard<std::mutex> lock(mutex);
-  auto it = facts.find(index);
-  if (it == facts.end()) {
-    constexpr int kMultiprocessorCount = 16;
-    constexpr int kMajor = 75;
-    constexpr int kMinor = 76;
-    DeviceFacts f;
-    int major = 0;
-    int minor = 0;
-    CheckDriver(driver.cuDeviceGetAttribute(&f.processors, kMultiprocessorCount, device),
-                "cuDeviceGetAttribute");
-    CheckDriver(driver.cuDeviceGetAttribute(&major, kMajor, device), "cuDeviceGetAttribute");
-    CheckDriver(driver.cuDeviceGetAttribute(&minor, kMinor, device), "cuDeviceGetAttribute");
-    f.sm = major * 10 + minor;
-    it = facts.emplace(index, f).first;
-  }
-  return it->second;
+  constexpr int kMultiprocessorCount = 16;
+  constexpr int kMajor = 75;
+  constexpr int kMinor = 76;
+  auto* facts = new DeviceFacts();  // leaked: read by every launch until exit
+  int major = 0;
+  int minor = 0;
+  CheckDriver(driver.cuDeviceGetAttribute(&facts->processors, kMultiprocessorCount, device),
+              "cuDeviceGetAttribute");
+  CheckDriver(driver.cuDeviceGetAttribute(&major, kMajor, device), "cuDeviceGetAttribute");
+  CheckDriver(driver.cuDeviceGetAttribute(&minor, kMinor, device), "cuDeviceGetAttribute");
+  facts->sm = major * 10 + minor;
+  CheckDriver(driver.cuDevicePrimaryCtxRetain(&facts->context, device), "cuDevicePrimaryCtxRetain");
+  known[index].store(facts, std::memory_order_release);
+  return *facts;
 }
+
+// Makes the device's primary context current for a load, launch or unload:
+// modules belong to a context, and the thread's current one may be another
+// device's (torch.cuda.set_device). A context that was current is put back,
+// since the runtime API reads it as the current device; a thread that had
+// none keeps the device's, as torch would bind it.
+class ContextScope {
+ public:
+  explicit ContextScope(const DeviceFacts& facts) {
+    const cuda::DriverApi& driver = cuda::Driver();
+    CheckDriver(driver.cuCtxGetCurrent(&previous_), "cuCtxGetCurrent");
+    if (previous_ != facts.context) {
+      CheckDriver(driver.cuCtxSetCurrent(facts.context), "cuCtxSetCurrent");
+      restore_ = previous_ != nullptr;
+    }
+  }
+  ~ContextScope() {
+    if (restore_) {
+      cuda::Driver().cuCtxSetCurrent(previous_);
+    }
+  }
+  ContextScope(const ContextScope&) = delete;
+  ContextScope& operator=(const ContextScope&) = delete;
+
+ private:
+  cuda::CUcontext previous_ = nullptr;
+  bool restore_ = false;
+};
+
+class CudaModule {
+ public:
+  CudaModule(const DeviceFacts& facts, const std::string& binary) : facts_(facts) {
+    ContextScope scope(facts_);
+    CheckDriver(cuda::Driver().cuModuleLoadData(&module, binary.c_str()), "cuModuleLoadData");
+  }
+  ~CudaModule() {
+    ContextScope scope(facts_);
+    cuda::Driver().cuModuleUnload(module);  // nothing to do if it fails
+  }
+  CudaModule(const CudaModule&) = delete;
+  CudaModule& operator=(const CudaModule&) = delete;
+
+  cuda::CUmodule module = nullptr;
+
+ private:
+  const DeviceFacts& facts_;
+  LoadedModuleCount counted_;
+};
 
 class CudaKernel : public LoadedKernel {
  public:
-  explicit CudaKernel(cuda::CUfunction function) : function(function) {}
+  CudaKernel(std::shared_ptr<CudaModule> module, cuda::CUfunction function)
+      : module(std::move(module)), function(function) {}
+  std::shared_ptr<CudaModule> module;
   cuda::CUfunction function;
 };
 
@@ -83,25 +137,29 @@ class CudaTarget : public KernelTarget {
   c10::Device device() const override {
     return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(Index()));
   }
-  // The SM count never changes; Load, which precedes every first launch,
-  // reads it, so launches bind the context once (in Launch), as before.
   LaunchLimits limits() override {
     LaunchLimits limits;
-    limits.processors = processors_ > 0 ? processors_ : PrepareDevice(Index()).processors;
+    limits.processors = FactsOf(Index()).processors;
     return limits;
   }
 
   std::shared_ptr<LoadedKernel> Load(const KernelSource& source) override {
-    const DeviceFacts& facts = PrepareDevice(Index());
-    processors_ = facts.processors;
+    static auto* modules = new ModuleRegistry<CudaModule>();
+    const int index = Index();
+    const DeviceFacts& facts = FactsOf(index);
     auto compiled = cuda::CompileKernel(source.source, source.name, facts.sm);
-    const cuda::DriverApi& driver = cuda::Driver();
-    cuda::CUmodule module = nullptr;
-    CheckDriver(driver.cuModuleLoadData(&module, compiled->binary.c_str()), "cuModuleLoadData");
+    const std::string key = std::to_string(index) + "_" +
+                            torch::lazy::HashToString(torch::lazy::Hash(compiled->binary));
+    std::shared_ptr<CudaModule> module = modules->GetOrLoad(
+        key, [&] { return std::make_shared<CudaModule>(facts, compiled->binary); });
     cuda::CUfunction function = nullptr;
-    CheckDriver(driver.cuModuleGetFunction(&function, module, source.name.c_str()),
-                "cuModuleGetFunction");
-    return std::make_shared<CudaKernel>(function);
+    {
+      ContextScope scope(facts);
+      CheckDriver(
+          cuda::Driver().cuModuleGetFunction(&function, module->module, source.name.c_str()),
+          "cuModuleGetFunction");
+    }
+    return std::make_shared<CudaKernel>(std::move(module), function);
   }
 
   at::Tensor NewOutput(const std::vector<int64_t>& sizes, at::ScalarType dtype) override {
@@ -114,7 +172,7 @@ class CudaTarget : public KernelTarget {
               void** params,
               const LaunchTensors& /*tensors*/) override {
     const c10::Device device = this->device();
-    PrepareDevice(device.index());
+    ContextScope scope(FactsOf(device.index()));
     c10::Stream stream = c10::impl::getDeviceGuardImpl(c10::kCUDA)->getStream(device);
     CheckDriver(cuda::Driver().cuLaunchKernel(static_cast<const CudaKernel&>(kernel).function,
                                               static_cast<unsigned int>(config.grid),
@@ -139,7 +197,6 @@ class CudaTarget : public KernelTarget {
   }
 
   c10::Device device_;
-  int processors_ = 0;
 };
 
 }  // namespace

@@ -8,12 +8,11 @@
 
 #include <cstring>
 #include <fstream>
-#include <mutex>
-#include <unordered_map>
 
 #include "kernels/dialect.h"
 #include "runtime/emulated/host_compiler.h"
 #include "runtime/emulated/launcher.h"
+#include "runtime/module_registry.h"
 
 namespace lazyfuse {
 namespace {
@@ -48,47 +47,50 @@ const emulated::HostCompiler& Compiler() {
 
 class EmulatedKernel : public LoadedKernel {
  public:
+  ~EmulatedKernel() override {
+    if (handle != nullptr) {
+      ::dlclose(handle);
+    }
+  }
+  void* handle = nullptr;
   EmuEntry entry = nullptr;
   std::string source_path;
+  LoadedModuleCount counted;
 };
 
 // Loads a compiled library: it is written next to the kernel sources (dlopen
-// needs a file) and stays loaded for the life of the process.
+// needs a file), shared by every kernel with the same binary, and closed
+// when the last of them is gone.
 std::shared_ptr<EmulatedKernel> LoadLibrary(const std::string& full_source,
                                             const std::string& name) {
-  static std::mutex mutex;
-  static std::unordered_map<std::string, std::shared_ptr<EmulatedKernel>> loaded;
+  static auto* loaded = new ModuleRegistry<EmulatedKernel>();
   const emulated::HostCompiler& compiler = Compiler();
   auto compiled = CachedCompile(full_source, compiler.cache_key, [&] {
     return emulated::CompileSharedLibrary(compiler, full_source, name);
   });
   const std::string hash = torch::lazy::HashToString(torch::lazy::Hash(compiled->binary)).substr(2);
-  std::lock_guard<std::mutex> lock(mutex);
-  auto it = loaded.find(hash);
-  if (it != loaded.end()) {
-    return it->second;
-  }
-  const std::string path = KernelScratchDir("emulated/lib") + "/" + hash + ".so";
-  if (::access(path.c_str(), R_OK) != 0) {
-    const std::string temp = path + ".tmp." + std::to_string(::getpid());
-    std::ofstream(temp, std::ios::binary)
-        .write(compiled->binary.data(), static_cast<std::streamsize>(compiled->binary.size()));
-    std::rename(temp.c_str(), path.c_str());
-  }
-  void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  TORCH_CHECK(handle != nullptr,
-              "lazyfuse: cannot load emulated kernel ",
-              name,
-              " from ",
-              path,
-              ": ",
-              ::dlerror());
-  auto kernel = std::make_shared<EmulatedKernel>();
-  kernel->entry = reinterpret_cast<EmuEntry>(::dlsym(handle, kEmuEntryName));
-  TORCH_CHECK(kernel->entry != nullptr, "lazyfuse: ", path, " has no ", kEmuEntryName);
-  kernel->source_path = SaveKernelSource(full_source, name, "emulated/src", ".cpp");
-  loaded.emplace(hash, kernel);
-  return kernel;
+  return loaded->GetOrLoad(hash, [&] {
+    const std::string path = KernelScratchDir("emulated/lib") + "/" + hash + ".so";
+    if (::access(path.c_str(), R_OK) != 0) {
+      const std::string temp = path + ".tmp." + std::to_string(::getpid());
+      std::ofstream(temp, std::ios::binary)
+          .write(compiled->binary.data(), static_cast<std::streamsize>(compiled->binary.size()));
+      std::rename(temp.c_str(), path.c_str());
+    }
+    auto kernel = std::make_shared<EmulatedKernel>();
+    kernel->handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    TORCH_CHECK(kernel->handle != nullptr,
+                "lazyfuse: cannot load emulated kernel ",
+                name,
+                " from ",
+                path,
+                ": ",
+                ::dlerror());
+    kernel->entry = reinterpret_cast<EmuEntry>(::dlsym(kernel->handle, kEmuEntryName));
+    TORCH_CHECK(kernel->entry != nullptr, "lazyfuse: ", path, " has no ", kEmuEntryName);
+    kernel->source_path = SaveKernelSource(full_source, name, "emulated/src", ".cpp");
+    return kernel;
+  });
 }
 
 // The bytes a strided tensor's elements span.
