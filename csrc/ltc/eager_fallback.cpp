@@ -7,12 +7,12 @@
 #include <torch/csrc/lazy/core/tensor.h>
 #include <torch/library.h>
 
+#include <atomic>
 #include <mutex>
 #include <string>
 #include <unordered_map>
 
 #include "ltc/config.h"
-#include "ops/functionalized_composite.h"
 
 namespace lazyfuse {
 namespace {
@@ -63,6 +63,8 @@ c10::Device LazyDeviceOf(const std::vector<c10::IValue>& arguments) {
   return c10::Device(c10::kLazy, 0);
 }
 
+std::atomic<void (*)()> g_view_refused_hook{nullptr};
+
 // A view cannot fall back: writes through the eager copy would be lost.
 void RefuseViews(const c10::FunctionSchema& schema) {
   for (const c10::Argument& result : schema.returns()) {
@@ -75,7 +77,9 @@ void RefuseViews(const c10::FunctionSchema& schema) {
       // A composite kernel took a view of a bare lazy tensor (Note
       // [Composite kernels below functionalization]); an op defined since
       // lazy data was last made is registered now.
-      RegisterNewFunctionalizedComposites();
+      if (void (*hook)() = g_view_refused_hook.load()) {
+        hook();
+      }
       hint =
           ". It was called below functionalization, by a composite kernel on bare lazy tensors "
           "(a custom op's implementation, say). lazyfuse runs a functional custom op's kernel "
@@ -169,6 +173,10 @@ void LazyFuseEagerFallback(const c10::OperatorHandle& op, torch::jit::Stack* sta
       result = c10::IValue(c10::List<at::Tensor>(list));
     }
   }
+}
+
+void SetViewRefusedBelowFunctionalizationHook(void (*hook)()) {
+  g_view_refused_hook.store(hook);
 }
 
 void RegisterEagerFallback() {

@@ -14,4 +14,8 @@ void LazyFuseEagerFallback(const c10::OperatorHandle& op, torch::jit::Stack* sta
 
 void RegisterEagerFallback();
 
+// Runs before a view is refused below functionalization; ops/ sets it, so
+// that a custom op defined since lazy data was last made works next call.
+void SetViewRefusedBelowFunctionalizationHook(void (*hook)());
+
 }  // namespace lazyfuse

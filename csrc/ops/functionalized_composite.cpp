@@ -80,7 +80,13 @@ void RunFunctionalized(const c10::OperatorHandle& op, torch::jit::Stack* stack) 
   }
 }
 
+// An op that returns nothing acts only by side effect (a mutation its
+// schema does not declare, as inductor::resize_storage_bytes_), which
+// functionalized inputs would swallow.
 bool IsFunctionalSchema(const c10::FunctionSchema& schema) {
+  if (schema.returns().empty()) {
+    return false;
+  }
   for (const c10::Argument& argument : schema.arguments()) {
     if (argument.alias_info() != nullptr) {
       return false;
@@ -169,6 +175,7 @@ void RegisterFunctionalizedComposites() {
       c10::Dispatcher::singleton().addRegistrationListener(std::move(owned)));
   (void)listener;
   RegisterNewFunctionalizedComposites();
+  SetViewRefusedBelowFunctionalizationHook([] { RegisterNewFunctionalizedComposites(); });
 }
 
 size_t RegisterNewFunctionalizedComposites() {
