@@ -22,13 +22,24 @@ LazyFuseBackendData::LazyFuseBackendData(torch::lazy::BackendDevice device,
       // view step's result) was read in the wrong order.
       value_(value.is_contiguous() ? std::move(value) : value.contiguous()) {}
 
+LazyFuseBackendData::LazyFuseBackendData(torch::lazy::BackendDevice device,
+                                         torch::lazy::Shape shape,
+                                         std::function<at::Tensor()> pending)
+    : torch::lazy::BackendData(std::move(device), std::move(shape)), pending_(std::move(pending)) {}
+
 void LazyFuseBackendData::Assign(const torch::lazy::BackendData& data) {
   const auto* other = dynamic_cast<const LazyFuseBackendData*>(&data);
   TORCH_CHECK(other != nullptr, "lazyfuse: cannot assign data from another LTC backend");
   value_ = other->value_;
+  pending_ = other->pending_;
 }
 
 const at::Tensor& LazyFuseBackendData::tensor() const {
+  if (!value_.defined() && pending_ != nullptr) {
+    at::Tensor value = pending_();
+    value_ = value.is_contiguous() ? std::move(value) : value.contiguous();
+    pending_ = nullptr;
+  }
   TORCH_CHECK(value_.defined(),
               "lazyfuse: reading data of shape ",
               shape().to_string(),
@@ -45,6 +56,9 @@ at::Tensor CopyHostScalar(const at::Tensor& scalar) {
 }
 
 bool LazyFuseBackendData::is_host_scalar() const {
+  if (pending_ != nullptr) {
+    tensor();
+  }
   return value_.defined() && value_.dim() == 0 && value_.is_cpu();
 }
 

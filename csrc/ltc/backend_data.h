@@ -9,6 +9,8 @@
 #include <ATen/Tensor.h>
 #include <torch/csrc/lazy/backend/backend_data.h>
 
+#include <functional>
+
 namespace lazyfuse {
 
 class LazyFuseBackendData : public torch::lazy::BackendData {
@@ -18,20 +20,29 @@ class LazyFuseBackendData : public torch::lazy::BackendData {
   LazyFuseBackendData(torch::lazy::BackendDevice device,
                       torch::lazy::Shape shape,
                       at::Tensor value);
+  // A result of a graph that failed after it had overwritten some of its
+  // parameters: `pending` finishes the graph and returns this result. It
+  // runs on the first read, and again on the next read if it fails.
+  LazyFuseBackendData(torch::lazy::BackendDevice device,
+                      torch::lazy::Shape shape,
+                      std::function<at::Tensor()> pending);
 
   Handle GetHandle() override {
     return reinterpret_cast<Handle>(this);
   }
   void Assign(const torch::lazy::BackendData& data) override;
   bool HasValue() const override {
-    return value_.defined();
+    return value_.defined() || pending_ != nullptr;
   }
 
   const at::Tensor& tensor() const;
   bool is_host_scalar() const;
 
  private:
-  at::Tensor value_;
+  // Filled from pending_ on the first read. LTC reads device data from the
+  // thread that traces, as it does every tensor's data.
+  mutable at::Tensor value_;
+  mutable std::function<at::Tensor()> pending_;
 };
 
 // A copy of a 0-dim CPU value, made without the dispatcher (it runs for

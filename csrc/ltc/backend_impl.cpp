@@ -10,6 +10,7 @@
 #include "ltc/backend_data.h"
 #include "ltc/config.h"
 #include "ltc/device_data.h"
+#include "ltc/graph_executor.h"
 #include "ops/ir_builder.h"
 #include "program/compile_log.h"
 #include "program/executor.h"
@@ -20,6 +21,40 @@
 
 namespace lazyfuse {
 namespace {
+
+// A graph that failed after overwriting parameters: its results, once a read
+// of one of them finishes it.
+class FinishLater {
+ public:
+  explicit FinishLater(std::shared_ptr<ProgramRun> run) : run_(std::move(run)) {}
+
+  at::Tensor Result(size_t index) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (run_ != nullptr) {
+      results_ = ContinueProgram(*run_);
+      run_.reset();
+      TORCH_LAZY_COUNTER("LazyFuseGraphsFinishedLater", 1);
+    }
+    return results_.at(index);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::shared_ptr<ProgramRun> run_;
+  std::vector<at::Tensor> results_;
+};
+
+// Whether the graph may write over parameter `data`'s memory: nothing but
+// the graph reads the data afterwards, and no other tensor shares the memory.
+bool MayDonate(const torch::lazy::BackendDataPtr& argument, const LazyFuseBackendData& data) {
+  if (!DonationEnabled() || !FusedKernelsEnabled() || data.is_host_scalar() ||
+      !GraphMayOverwrite(argument)) {
+    return false;
+  }
+  const at::Tensor& tensor = data.tensor();
+  return tensor.use_count() == 1 && tensor.has_storage() && tensor.storage().use_count() == 1 &&
+         tensor.device() == BackingDevice();
+}
 
 struct LazyFuseDeviceType : torch::lazy::BackendDeviceType {
   explicit LazyFuseDeviceType(c10::DeviceType backing) {
@@ -158,17 +193,38 @@ class LazyFuseBackendImpl : public torch::lazy::BackendImplInterface {
       const torch::lazy::BackendDevice& device) const override {
     const auto* ours = dynamic_cast<const LazyFuseComputation*>(computation.get());
     TORCH_CHECK(ours != nullptr, "lazyfuse: cannot execute a foreign computation");
-    const Program& program = *ours->program();
+    const std::shared_ptr<const Program>& program = ours->program();
     std::vector<at::Tensor> parameters;
+    std::vector<bool> donated;
     parameters.reserve(arguments.size());
     for (const auto& argument : arguments) {
-      parameters.push_back(AsLazyFuseData(argument).tensor());
+      const LazyFuseBackendData& data = AsLazyFuseData(argument);
+      donated.push_back(MayDonate(argument, data));
+      parameters.push_back(data.tensor());
     }
-    std::vector<at::Tensor> outputs = RunProgram(program, std::move(parameters));
+    auto run = std::make_shared<ProgramRun>(StartProgram(program, std::move(parameters), donated));
     std::vector<torch::lazy::BackendDataPtr> results;
-    results.reserve(outputs.size());
+    results.reserve(program->results.size());
+    std::vector<at::Tensor> outputs;
+    try {
+      outputs = ContinueProgram(*run);
+    } catch (...) {
+      if (!run->overwrote_parameter) {
+        throw;  // nothing overwritten: the sync puts the tensors' IR back
+      }
+      FailAfterOverwrites(std::current_exception());
+      auto finished = std::make_shared<FinishLater>(std::move(run));
+      for (size_t i = 0; i < program->results.size(); ++i) {
+        const BufferInfo& info = program->buffers[program->results[i]];
+        results.push_back(std::make_shared<LazyFuseBackendData>(
+            device, torch::lazy::Shape(info.dtype, info.sizes), [finished, i] {
+              return finished->Result(i);
+            }));
+      }
+      return results;
+    }
     for (size_t i = 0; i < outputs.size(); ++i) {
-      const BufferInfo& info = program.buffers[program.results[i]];
+      const BufferInfo& info = program->buffers[program->results[i]];
       results.push_back(std::make_shared<LazyFuseBackendData>(
           device, torch::lazy::Shape(info.dtype, info.sizes), std::move(outputs[i])));
     }

@@ -5,6 +5,7 @@
 #include <c10/util/Exception.h>
 #include <torch/csrc/lazy/core/config.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <string>
 
@@ -135,6 +136,21 @@ bool FusionEnabled() {
     return env == nullptr || std::string(env) != "0";
   }();
   return enabled;
+}
+
+namespace {
+std::atomic<bool> g_donation{[] {
+  const char* env = std::getenv("LAZYFUSE_DONATE");
+  return env == nullptr || std::string(env) != "0";
+}()};
+}  // namespace
+
+bool DonationEnabled() {
+  return g_donation.load(std::memory_order_relaxed);
+}
+
+void SetDonation(bool enabled) {
+  g_donation.store(enabled, std::memory_order_relaxed);
 }
 
 bool ReuseIrEnabled() {

@@ -39,4 +39,10 @@ uint64_t KernelSettingsHash();
 // on the CPU with emulation on.
 bool FusedKernelsEnabled();
 
+// Buffer donation: at mark_step, a fused kernel may write a result into the
+// memory of a parameter nothing else will read, so optimizer steps update in
+// place. On unless LAZYFUSE_DONATE=0; the setter serves tests.
+bool DonationEnabled();
+void SetDonation(bool enabled);
+
 }  // namespace lazyfuse

@@ -1,5 +1,7 @@
 #include "ltc/graph_executor.h"
 
+#include <c10/util/Exception.h>
+
 #include <unordered_map>
 
 #include "ltc/config.h"
@@ -9,6 +11,52 @@ namespace lazyfuse {
 namespace {
 
 thread_local torch::lazy::hash_t t_pending_hash;
+
+// Set while this thread syncs every live tensor: the DeviceData nodes of the
+// graph being synced, counted per data.
+struct FullSync {
+  bool active = false;
+  std::unordered_map<const torch::lazy::BackendData*, long> graph_holders;
+  std::exception_ptr failure;
+};
+thread_local FullSync t_full_sync;
+
+class FullSyncScope {
+ public:
+  FullSyncScope() {
+    t_full_sync = FullSync();
+    t_full_sync.active = true;
+  }
+  ~FullSyncScope() {
+    t_full_sync = FullSync();
+  }
+};
+
+void RaiseFailureAfterOverwrites(const std::exception_ptr& failure) {
+  std::string what;
+  bool out_of_memory = false;
+  try {
+    std::rethrow_exception(failure);
+  } catch (const c10::OutOfMemoryError& error) {
+    what = error.what_without_backtrace();
+    out_of_memory = true;
+  } catch (const c10::Error& error) {
+    what = error.what_without_backtrace();
+  } catch (const std::exception& error) {
+    what = error.what();
+  }
+  const std::string message =
+      what +
+      "\nlazyfuse: the graph had already written results over some of its inputs (buffer "
+      "donation), so it cannot be redone from the start. Nothing "
+      "is lost: the tensors it computes keep their pending values, and the graph finishes when "
+      "one of them is next read (free memory first if it ran out). LAZYFUSE_DONATE=0 turns "
+      "donation off.";
+  if (out_of_memory) {
+    TORCH_CHECK_WITH(OutOfMemoryError, false, message);
+  }
+  TORCH_CHECK(false, message);
+}
 
 }  // namespace
 
@@ -22,6 +70,20 @@ void DropIrOfComputedTensor(const torch::lazy::LazyTensorPtr& tensor) {
   }
 }
 
+bool GraphMayOverwrite(const torch::lazy::BackendDataPtr& data) {
+  if (!t_full_sync.active || data == nullptr) {
+    return false;
+  }
+  auto it = t_full_sync.graph_holders.find(data.get());
+  // The other holder is LTC's list of the graph's parameters.
+  return it != t_full_sync.graph_holders.end() && data.use_count() == it->second + 1;
+}
+
+void FailAfterOverwrites(std::exception_ptr error) {
+  TORCH_INTERNAL_ASSERT(t_full_sync.active, "lazyfuse: only mark_step overwrites parameters");
+  t_full_sync.failure = std::move(error);
+}
+
 void LazyFuseGraphExecutor::SyncLiveTensorsGraph(const torch::lazy::BackendDevice* device,
                                                  c10::ArrayRef<std::string> devices,
                                                  bool wait) {
@@ -32,6 +94,7 @@ void LazyFuseGraphExecutor::SyncLiveTensorsGraph(const torch::lazy::BackendDevic
       pending.emplace_back(tensor, std::move(value));
     }
   }
+  FullSyncScope full_sync;
   try {
     torch::lazy::LazyGraphExecutor::SyncLiveTensorsGraph(device, devices, wait);
     if (wait && device != nullptr) {
@@ -48,6 +111,9 @@ void LazyFuseGraphExecutor::SyncLiveTensorsGraph(const torch::lazy::BackendDevic
       }
     }
     throw;
+  }
+  if (t_full_sync.failure) {
+    RaiseFailureAfterOverwrites(t_full_sync.failure);
   }
 }
 
@@ -66,6 +132,14 @@ void LazyFuseGraphExecutor::MarkStep(const torch::lazy::BackendDevice& device) {
 torch::lazy::LazyGraphExecutor::PostOrderData LazyFuseGraphExecutor::RunPostOrder(
     const std::vector<torch::lazy::Value>& ir_values, SyncTensorCollection* coll) {
   PostOrderData po_data = torch::lazy::LazyGraphExecutor::RunPostOrder(ir_values, coll);
+  if (t_full_sync.active) {
+    t_full_sync.graph_holders.clear();
+    for (const torch::lazy::Node* node : po_data.post_order) {
+      if (const DeviceData* leaf = DeviceData::Cast(node)) {
+        ++t_full_sync.graph_holders[leaf->data().get()];
+      }
+    }
+  }
   std::unordered_map<const torch::lazy::Node*, uint64_t> position;
   position.reserve(po_data.post_order.size());
   torch::lazy::hash_t wiring = coll->hash;

@@ -18,13 +18,27 @@ torch::lazy::hash_t PendingGraphHash();
 // handle is the IR's value, so the IR is dropped.
 void DropIrOfComputedTensor(const torch::lazy::LazyTensorPtr& tensor);
 
+// Whether the graph this thread is about to run may overwrite `data`, one of
+// its parameters (buffer donation). It may when the sync covers every live
+// tensor (mark_step) and nothing but this graph's own DeviceData nodes holds
+// the data: then no tensor, and no IR left for a later graph, can read it
+// once the graph has run. The memory itself must be unshared as well; the
+// caller checks that.
+bool GraphMayOverwrite(const torch::lazy::BackendDataPtr& data);
+
+// The graph failed after it had overwritten some of its parameters, so it was
+// not rolled back: its results wait for it to be finished (see
+// LazyFuseBackendData). The sync returns, then raises `error`.
+void FailAfterOverwrites(std::exception_ptr error);
+
 class LazyFuseGraphExecutor : public torch::lazy::LazyGraphExecutor {
  public:
   // LTC swaps each synced tensor's IR for an output buffer before the graph
   // runs. If the run fails (out of memory, a kernel error), those buffers
   // stay empty and the tensors' values would be lost; this puts their IR
   // back, clears the failure from the device, and rethrows, so the next
-  // mark_step recomputes them.
+  // mark_step recomputes them. A graph that had already overwritten its
+  // parameters keeps its results pending instead (FailAfterOverwrites).
   void SyncLiveTensorsGraph(const torch::lazy::BackendDevice* device,
                             c10::ArrayRef<std::string> devices,
                             bool wait) override;

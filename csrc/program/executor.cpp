@@ -8,27 +8,55 @@
 
 namespace lazyfuse {
 
-std::vector<at::Tensor> RunProgram(const Program& program, std::vector<at::Tensor> parameters) {
-  TORCH_LAZY_TIMED("LazyFuseExecute");
-  TORCH_CHECK(parameters.size() == program.parameters.size(),
+namespace {
+
+// Whether `tensor` is the only user of its memory: no other tensor object and
+// no view of it, so a step may overwrite it once it has read it.
+bool SharesNoMemory(const at::Tensor& tensor) {
+  return tensor.defined() && tensor.use_count() == 1 && tensor.has_storage() &&
+         tensor.storage().use_count() == 1;
+}
+
+}  // namespace
+
+ProgramRun StartProgram(std::shared_ptr<const Program> program,
+                        std::vector<at::Tensor> parameters,
+                        const std::vector<bool>& donated) {
+  TORCH_CHECK(parameters.size() == program->parameters.size(),
               "lazyfuse: program takes ",
-              program.parameters.size(),
+              program->parameters.size(),
               " parameters, got ",
               parameters.size());
+  ProgramRun run;
+  run.slots.resize(program->buffers.size());
+  run.owned.assign(program->buffers.size(), 0);
+  run.donated.assign(program->buffers.size(), 0);
+  for (size_t k = 0; k < parameters.size(); ++k) {
+    const BufferId id = program->parameters[k];
+    run.owned[id] = run.donated[id] = k < donated.size() && donated[k];
+    run.slots[id] = std::move(parameters[k]);
+  }
+  for (const auto& constant : program->constants) {
+    run.slots[constant.first] = constant.second;
+  }
+  run.program = std::move(program);
+  return run;
+}
+
+std::vector<at::Tensor> ContinueProgram(ProgramRun& run) {
+  TORCH_LAZY_TIMED("LazyFuseExecute");
+  const Program& program = *run.program;
+  std::vector<at::Tensor>& slots = run.slots;
   // Steps run on plain backing-device tensors; autograd was already applied
   // while tracing.
   at::AutoDispatchBelowADInplaceOrView below_autograd;
-  std::vector<at::Tensor> slots(program.buffers.size());
-  for (size_t k = 0; k < parameters.size(); ++k) {
-    slots[program.parameters[k]] = std::move(parameters[k]);
-  }
-  for (const auto& constant : program.constants) {
-    slots[constant.first] = constant.second;
-  }
   const c10::Device device = BackingDevice();
-  for (size_t i = 0; i < program.steps.size(); ++i) {
+  for (size_t i = run.next_step; i < program.steps.size(); ++i) {
+    run.next_step = i;
     const Step& step = program.steps[i];
     KernelArgs args(slots, step.inputs, step.operand_arity, step.op.c_str(), device);
+    std::vector<BufferId> overwritten;
+    args.AllowOverwrites(run.owned, program.release_after[i], &overwritten);
     std::vector<at::Tensor> outs;
     try {
       outs = step.fn(args);
@@ -58,6 +86,12 @@ std::vector<at::Tensor> RunProgram(const Program& program, std::vector<at::Tenso
                   ": ",
                   what.substr(0, what.find("\nException raised from")));
     }
+    for (BufferId id : overwritten) {
+      if (run.donated[id] != 0) {
+        run.overwrote_parameter = true;
+        TORCH_LAZY_COUNTER("LazyFuseDonatedParameters", 1);
+      }
+    }
     TORCH_CHECK(outs.size() == step.outputs.size(),
                 "lazyfuse: ",
                 step.op,
@@ -66,12 +100,15 @@ std::vector<at::Tensor> RunProgram(const Program& program, std::vector<at::Tenso
                 " tensors, expected ",
                 step.outputs.size());
     for (size_t j = 0; j < outs.size(); ++j) {
-      slots[step.outputs[j]] = std::move(outs[j]);
+      const BufferId id = step.outputs[j];
+      slots[id] = std::move(outs[j]);
+      run.owned[id] = SharesNoMemory(slots[id]);
     }
     for (BufferId id : program.release_after[i]) {
       slots[id].reset();
     }
   }
+  run.next_step = program.steps.size();
   std::vector<at::Tensor> results;
   results.reserve(program.results.size());
   for (BufferId id : program.results) {
@@ -80,6 +117,13 @@ std::vector<at::Tensor> RunProgram(const Program& program, std::vector<at::Tenso
   TORCH_LAZY_COUNTER("LazyFuseGraphsExecuted", 1);
   TORCH_LAZY_VALUE_METRIC("LazyFuseStepsPerGraph", program.steps.size());
   return results;
+}
+
+std::vector<at::Tensor> RunProgram(const Program& program, std::vector<at::Tensor> parameters) {
+  // The run ends before this returns, so it may borrow the program.
+  std::shared_ptr<const Program> borrowed(&program, [](const Program*) {});
+  ProgramRun run = StartProgram(std::move(borrowed), std::move(parameters), {});
+  return ContinueProgram(run);
 }
 
 }  // namespace lazyfuse

@@ -4,12 +4,38 @@
 
 #include <ATen/Tensor.h>
 
+#include <memory>
 #include <vector>
 
 #include "program/program.h"
 
 namespace lazyfuse {
 
+// One run of a Program: its buffers and how far it got. Kept by the caller,
+// so a run that fails after a step wrote into a donated parameter, and so
+// cannot be redone from its parameters, can be finished later instead.
+struct ProgramRun {
+  std::shared_ptr<const Program> program;
+  std::vector<at::Tensor> slots;
+  // Buffers whose memory the run may give to the step that reads them last:
+  // donated parameters, and step outputs that share no memory.
+  std::vector<uint8_t> owned;
+  std::vector<uint8_t> donated;  // by buffer: a donated parameter
+  size_t next_step = 0;
+  bool overwrote_parameter = false;
+};
+
+// `donated[k]`: nothing outside this run reads parameter k's memory, so a
+// step may write its result there (buffer donation).
+ProgramRun StartProgram(std::shared_ptr<const Program> program,
+                        std::vector<at::Tensor> parameters,
+                        const std::vector<bool>& donated);
+
+// Runs the steps left and returns the program's results. A failing step
+// leaves the run at that step, ready to be continued.
+std::vector<at::Tensor> ContinueProgram(ProgramRun& run);
+
+// Runs `program` from start to end, donating no parameter.
 std::vector<at::Tensor> RunProgram(const Program& program, std::vector<at::Tensor> parameters);
 
 }  // namespace lazyfuse

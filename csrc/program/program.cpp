@@ -30,6 +30,29 @@ KernelArgs::KernelArgs(const std::vector<at::Tensor>& slots,
                        c10::Device device)
     : slots_(slots), inputs_(inputs), operand_arity_(operand_arity), op_(op), device_(device) {}
 
+void KernelArgs::AllowOverwrites(const std::vector<uint8_t>& owned,
+                                 const std::vector<BufferId>& last_read_here,
+                                 std::vector<BufferId>* overwritten) {
+  owned_ = &owned;
+  last_read_here_ = &last_read_here;
+  overwritten_ = overwritten;
+}
+
+bool KernelArgs::may_overwrite(size_t input) const {
+  if (owned_ == nullptr || input >= inputs_.size()) {
+    return false;
+  }
+  const BufferId id = inputs_[input];
+  return (*owned_)[id] != 0 &&
+         std::find(last_read_here_->begin(), last_read_here_->end(), id) != last_read_here_->end();
+}
+
+void KernelArgs::overwrote(size_t input) {
+  TORCH_CHECK(
+      may_overwrite(input), "lazyfuse: ", op_, " overwrote input ", input, " it does not own");
+  overwritten_->push_back(inputs_[input]);
+}
+
 at::Tensor KernelArgs::OnDevice(const at::Tensor& tensor) const {
   if (device_.is_cpu() || !tensor.defined() || !tensor.is_cpu()) {
     return tensor;

@@ -52,6 +52,17 @@ class KernelArgs {
   at::Scalar scalar();
   std::optional<at::Scalar> optional_scalar(bool present);
 
+  // Lets the step write a result into the memory of an input it reads last
+  // (`last_read_here`) and that the run owns (`owned`, by buffer); the
+  // buffers it overwrote go to `overwritten`. Unset, may_overwrite() is false
+  // for every input.
+  void AllowOverwrites(const std::vector<uint8_t>& owned,
+                       const std::vector<BufferId>& last_read_here,
+                       std::vector<BufferId>* overwritten);
+  bool may_overwrite(size_t input) const;
+  // The step wrote a result into input `input`'s memory.
+  void overwrote(size_t input);
+
  private:
   const at::Tensor& Next();
   at::Tensor OnDevice(const at::Tensor& tensor) const;
@@ -61,6 +72,9 @@ class KernelArgs {
   const std::vector<uint32_t>& operand_arity_;
   const char* op_;
   c10::Device device_;
+  const std::vector<uint8_t>* owned_ = nullptr;
+  const std::vector<BufferId>* last_read_here_ = nullptr;
+  std::vector<BufferId>* overwritten_ = nullptr;
   size_t next_input_ = 0;
   size_t next_operand_ = 0;
 };

@@ -8,6 +8,7 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include "fusion/planner.h"
+#include "ltc/backend_data.h"
 #include "ltc/backend_impl.h"
 #include "ltc/config.h"
 #include "ltc/graph_executor.h"
@@ -90,6 +91,17 @@ PYBIND11_MODULE(_C, m) {
   m.def("_backing_device", [] { return BackingDevice().str(); });
   m.def("_reuse_ir", &ReuseIrEnabled);
   m.def("_set_reuse_ir", &SetReuseIr);
+  m.def("_donation", &DonationEnabled);
+  m.def("_data_address", [](const at::Tensor& tensor) {
+    auto lazy = torch::lazy::TryGetLtcTensor(tensor);
+    TORCH_CHECK(
+        lazy, "lazyfuse.debug.data_address: expected a lazy tensor, got one on ", tensor.device());
+    const auto* data = dynamic_cast<const LazyFuseBackendData*>(lazy->CurrentDataHandle().get());
+    TORCH_CHECK(data != nullptr && data->HasValue(),
+                "lazyfuse.debug.data_address: the tensor has no data yet; call mark_step first");
+    return reinterpret_cast<uintptr_t>(data->tensor().const_data_ptr());
+  });
+  m.def("_set_donation", &SetDonation);
   m.def("_counter_names", &torch::lazy::GetCounterNames);
   m.def("_counter_value", [](const std::string& name) -> int64_t {
     torch::lazy::CounterData* data = torch::lazy::GetCounter(name);
@@ -219,7 +231,10 @@ PYBIND11_MODULE(_C, m) {
       py::arg("emulated_block"),
       py::arg("emulated_grid"),
       py::arg("strict"));
-  m.def("_inject_kernel_faults", &InjectKernelFaultsForTesting);
+  m.def("_inject_kernel_faults",
+        &InjectKernelFaultsForTesting,
+        py::arg("enabled"),
+        py::arg("after_launches") = 0);
   m.def("_launch_emulated_source",
         &LaunchEmulatedSource,
         py::arg("source"),

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 
+#include "fusion/in_place.h"
 #include "kernels/writer.h"
 #include "runtime/view_group.h"
 
@@ -75,6 +76,7 @@ bool IsHostScalar(const at::Tensor& tensor) {
 }
 
 std::atomic<bool> g_inject_faults{false};
+std::atomic<int> g_launches_before_faults{0};
 
 std::string FusedStepName(const Program& program, const FusionGroup& group) {
   std::string name = "lazyfuse::fused(";
@@ -114,7 +116,8 @@ FusedKernel::FusedKernel(std::shared_ptr<const Program> program,
       group_(std::move(group)),
       target_(std::move(target)),
       strict_(strict),
-      device_type_(target_->device().type()) {
+      device_type_(target_->device().type()),
+      in_place_(InPlaceInputs(*program_, group_)) {
   for (BufferId id : group_.inputs) {
     constant_input_.push_back(std::any_of(program_->constants.begin(),
                                           program_->constants.end(),
@@ -187,16 +190,20 @@ const FusedKernel::Variant& FusedKernel::VariantFor(const KernelSignature& signa
   return *variants_.back();
 }
 
-void InjectKernelFaultsForTesting(bool enabled) {
+void InjectKernelFaultsForTesting(bool enabled, int after_launches) {
+  g_launches_before_faults = after_launches;
   g_inject_faults = enabled;
 }
 
 // Host cost per launch is LazyFuseKernelLaunch's time less LazyFuseTargetLaunch's
 // where the target runs the body on the host (emulation); on CUDA the target's
 // part is the asynchronous driver call, host work too.
-std::vector<at::Tensor> FusedKernel::Launch(const std::vector<at::Tensor>& inputs) {
+std::vector<at::Tensor> FusedKernel::Launch(const std::vector<at::Tensor>& inputs,
+                                            const std::vector<bool>& may_overwrite,
+                                            std::vector<bool>* overwritten) {
   TORCH_LAZY_TIMED("LazyFuseKernelLaunch");
-  TORCH_CHECK(!g_inject_faults.load(), "injected kernel fault (InjectKernelFaultsForTesting)");
+  TORCH_CHECK(!g_inject_faults.load() || g_launches_before_faults.fetch_sub(1) > 0,
+              "injected kernel fault (InjectKernelFaultsForTesting)");
   const Variant* cached = last_variant_.load(std::memory_order_acquire);
   if (cached == nullptr || !Matches(cached->signature, inputs)) {
     cached = &VariantFor(Bind(inputs));
@@ -205,11 +212,29 @@ std::vector<at::Tensor> FusedKernel::Launch(const std::vector<at::Tensor>& input
   const Variant& variant = *cached;
   const KernelSource& source = variant.source;
   std::vector<at::Tensor> outputs;
-  for (BufferId id : group_.outputs) {
-    const BufferInfo& info = program_->buffers[id];
+  std::vector<size_t> taken;
+  for (size_t j = 0; j < group_.outputs.size(); ++j) {
+    const auto& candidates = in_place_[j];
+    const auto free = std::find_if(candidates.begin(), candidates.end(), [&](size_t k) {
+      return std::find(taken.begin(), taken.end(), k) == taken.end() &&
+             CanTake(variant.signature, inputs, may_overwrite, k);
+    });
+    if (free != candidates.end()) {
+      outputs.push_back(inputs[*free]);
+      taken.push_back(*free);
+      continue;
+    }
+    const BufferInfo& info = program_->buffers[group_.outputs[j]];
     outputs.push_back(target_->NewOutput(info.sizes, info.dtype));
   }
+  const auto report_taken = [&] {
+    for (size_t k : taken) {
+      (*overwritten)[k] = true;
+    }
+    TORCH_LAZY_COUNTER("LazyFuseInPlaceOutputs", static_cast<int64_t>(taken.size()));
+  };
   if (source.work_items == 0) {
+    report_taken();
     return outputs;
   }
   std::vector<ArgSlot> slots;
@@ -254,7 +279,21 @@ std::vector<at::Tensor> FusedKernel::Launch(const std::vector<at::Tensor>& input
         *variant.loaded, source, config, params.data(), LaunchTensors{inputs, outputs, workspace});
   }
   TORCH_LAZY_COUNTER("LazyFuseKernelLaunches", 1);
+  report_taken();
   return outputs;
+}
+
+bool FusedKernel::CanTake(const KernelSignature& signature,
+                          const std::vector<at::Tensor>& inputs,
+                          const std::vector<bool>& may_overwrite,
+                          size_t k) const {
+  const at::Tensor& input = inputs[k];
+  // The kernel reads input k at the element it writes only when both are
+  // laid out alike; a view of the input elsewhere would see the new values.
+  return k < may_overwrite.size() && may_overwrite[k] &&
+         signature.inputs[k].kind == InputBinding::Kind::kTensor &&
+         input.device() == target_->device() && input.is_contiguous() && input.has_storage() &&
+         input.storage().use_count() == 1;
 }
 
 std::vector<at::Tensor> FusedKernel::RunAtenSteps(const std::vector<at::Tensor>& inputs) const {
@@ -277,9 +316,11 @@ std::vector<at::Tensor> FusedKernel::RunAtenSteps(const std::vector<at::Tensor>&
   return outputs;
 }
 
-std::vector<at::Tensor> FusedKernel::Run(const std::vector<at::Tensor>& inputs) {
+std::vector<at::Tensor> FusedKernel::Run(const std::vector<at::Tensor>& inputs,
+                                         const std::vector<bool>& may_overwrite,
+                                         std::vector<bool>* overwritten) {
   try {
-    return Launch(inputs);
+    return Launch(inputs, may_overwrite, overwritten);
   } catch (const c10::OutOfMemoryError&) {
     throw;  // the ATen steps would need the same memory
   } catch (const std::exception& error) {
@@ -349,11 +390,21 @@ Program BuildFusedProgram(std::shared_ptr<const Program> program,
     step.inputs = group.inputs;
     step.outputs = group.outputs;
     step.fn = [kernel](KernelArgs& args) {
+      const size_t count = kernel->input_count();
       std::vector<at::Tensor> inputs;
-      for (size_t k = 0; k < kernel->input_count(); ++k) {
+      std::vector<bool> may_overwrite(count);
+      for (size_t k = 0; k < count; ++k) {
         inputs.push_back(args.host_tensor());
+        may_overwrite[k] = args.may_overwrite(k);
       }
-      return kernel->Run(inputs);
+      std::vector<bool> overwritten(count, false);
+      std::vector<at::Tensor> outputs = kernel->Run(inputs, may_overwrite, &overwritten);
+      for (size_t k = 0; k < count; ++k) {
+        if (overwritten[k]) {
+          args.overwrote(k);
+        }
+      }
+      return outputs;
     };
     out.steps.push_back(std::move(step));
   }

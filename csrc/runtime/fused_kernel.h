@@ -34,7 +34,12 @@ class FusedKernel {
               std::shared_ptr<KernelTarget> target,
               bool strict);
 
-  std::vector<at::Tensor> Run(const std::vector<at::Tensor>& inputs);
+  // `may_overwrite[k]`: input k's memory is the run's to give away; an
+  // output planned in place of it (InPlaceInputs) then takes it, and
+  // `overwritten[k]` says so.
+  std::vector<at::Tensor> Run(const std::vector<at::Tensor>& inputs,
+                              const std::vector<bool>& may_overwrite,
+                              std::vector<bool>* overwritten);
   // The kernels rendered so far, one per signature seen.
   std::vector<KernelRecord> Records() const;
   size_t input_count() const {
@@ -52,7 +57,13 @@ class FusedKernel {
   // Whether `inputs` bind as `signature` says, checked without building a
   // signature: the launch path of a cached graph.
   bool Matches(const KernelSignature& signature, const std::vector<at::Tensor>& inputs) const;
-  std::vector<at::Tensor> Launch(const std::vector<at::Tensor>& inputs);
+  std::vector<at::Tensor> Launch(const std::vector<at::Tensor>& inputs,
+                                 const std::vector<bool>& may_overwrite,
+                                 std::vector<bool>* overwritten);
+  bool CanTake(const KernelSignature& signature,
+               const std::vector<at::Tensor>& inputs,
+               const std::vector<bool>& may_overwrite,
+               size_t k) const;
   std::vector<at::Tensor> RunAtenSteps(const std::vector<at::Tensor>& inputs) const;
 
   std::shared_ptr<const Program> program_;
@@ -62,6 +73,8 @@ class FusedKernel {
   // Per input: whether it is a program constant (written into the source).
   std::vector<bool> constant_input_;
   c10::DeviceType device_type_;
+  // Per output: the inputs whose memory it may take (InPlaceInputs).
+  std::vector<std::vector<size_t>> in_place_;
   mutable std::mutex mutex_;
   // Never shrinks, so a Variant's address is stable for last_variant_.
   std::vector<std::unique_ptr<Variant>> variants_;
@@ -69,9 +82,10 @@ class FusedKernel {
   bool warned_ = false;
 };
 
-// Makes every kernel launch from now on fail as a codegen bug would, so
-// tests can see the fallback and the strict error. Off by default.
-void InjectKernelFaultsForTesting(bool enabled);
+// Makes every kernel launch from now on, after the first `after_launches`,
+// fail as a codegen bug would, so tests can see the fallback and the strict
+// error. Off by default.
+void InjectKernelFaultsForTesting(bool enabled, int after_launches = 0);
 
 // The Program a kernel target runs: every fused group of `plan` becomes one
 // step that launches its kernel; ATen groups keep their step. `kernels`

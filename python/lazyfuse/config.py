@@ -33,6 +33,17 @@ def reuse_ir() -> bool:
     return bool(_C._reuse_ir())
 
 
+def donation() -> bool:
+    """Whether mark_step lets fused kernels write results over parameters
+    nothing else reads (buffer donation; LAZYFUSE_DONATE=0 turns it off)."""
+    return bool(_C._donation())
+
+
+def set_donation(enabled: bool) -> None:
+    """Turns buffer donation on or off for the graphs run from now on."""
+    _C._set_donation(bool(enabled))
+
+
 def set_reuse_ir(enabled: bool) -> None:
     """Turns IR reuse on or off for the rest of the process."""
     _C._set_reuse_ir(bool(enabled))

@@ -107,6 +107,12 @@ def kernel_cache_dir() -> str:
     return str(_C._kernel_cache_dir())
 
 
+def data_address(tensor: torch.Tensor) -> int:
+    """The address of a computed lazy tensor's memory on the backing device,
+    to see whether a step wrote it in place (buffer donation)."""
+    return int(_C._data_address(tensor))
+
+
 def loaded_kernel_modules() -> int:
     """Kernel modules loaded now (CUDA modules, emulated shared libraries).
     One is shared by every kernel with its binary, and unloaded when the

@@ -133,6 +133,25 @@ void ShuffleXor(void* ctx, void* value, int bytes, int lane_mask) {
   block.Wait(sync, lock);
 }
 
+void CheckInPlace(ThreadContext& context,
+                  const EmuBuffer& buffer,
+                  uintptr_t at,
+                  unsigned long bytes,
+                  bool write) {
+  std::atomic<unsigned char>* flags = buffer.written.get() + (at - buffer.begin);
+  for (unsigned long b = 0; b < bytes; ++b) {
+    if (write) {
+      flags[b].store(1, std::memory_order_relaxed);
+    } else if (flags[b].load(std::memory_order_relaxed) != 0) {
+      std::ostringstream out;
+      out << "read of " << buffer.name << " at 0x" << std::hex << at << std::dec
+          << " after this launch wrote its output there in place";
+      FailFromThread(context, out.str());
+      throw EmuAbort();
+    }
+  }
+}
+
 void CheckAccess(void* ctx, const void* address, unsigned long bytes, int access) {
   auto& context = *static_cast<ThreadContext*>(ctx);
   const auto at = reinterpret_cast<uintptr_t>(address);
@@ -152,6 +171,9 @@ void CheckAccess(void* ctx, const void* address, unsigned long bytes, int access
       continue;
     }
     if (at >= buffer.begin && at + bytes <= buffer.end) {
+      if (buffer.written) {
+        CheckInPlace(context, buffer, at, bytes, write);
+      }
       return;
     }
     const uintptr_t d = at < buffer.begin ? buffer.begin - at : at + bytes - buffer.end;

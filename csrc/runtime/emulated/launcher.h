@@ -6,9 +6,12 @@
 // load and store is checked against the launch's buffers (a read outside an
 // input, a write outside an output, a misaligned vector access), and a
 // barrier that not every thread reaches is an error, found when every live
-// thread waits, or after a timeout, instead of a hang.
+// thread waits, or after a timeout, instead of a hang. An output that takes
+// its input's memory is checked for reads after the write.
 
+#include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -24,6 +27,11 @@ struct EmuBuffer {
   bool writable = false;
   bool readable_too = false;  // a writable buffer the kernel also reads
   std::string name;           // "in0", "out1"
+  // An output written in place of an input: one flag per byte, set when the
+  // launch writes it. A read of a flagged byte means some thread read an
+  // input element after the output took its place, which on a GPU would
+  // return the new value or the old one by timing.
+  std::shared_ptr<std::atomic<unsigned char>[]> written;
 };
 
 struct EmuLaunch {

@@ -6,6 +6,7 @@
 #include <torch/csrc/lazy/core/hash.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 
@@ -139,6 +140,14 @@ void RunChecked(const EmulatedKernel& kernel,
   }
   for (size_t k = 0; k < outputs.size(); ++k) {
     launch.buffers.push_back(Extent(outputs[k], true, "out" + std::to_string(k)));
+    for (emulated::EmuBuffer& input : launch.buffers) {
+      if (!input.writable && input.begin == launch.buffers.back().begin &&
+          input.begin != input.end) {
+        const size_t bytes = input.end - input.begin;
+        launch.buffers.back().written.reset(new std::atomic<unsigned char>[bytes]());
+        input.written = launch.buffers.back().written;
+      }
+    }
   }
   for (size_t k = 0; k < workspace.size(); ++k) {
     launch.buffers.push_back(Extent(workspace[k], true, "workspace" + std::to_string(k)));
@@ -197,7 +206,13 @@ class EmulatedTarget : public KernelTarget {
                tensors.workspace,
                limits_.barrier_timeout_seconds);
     for (size_t k = 0; k < tensors.outputs.size(); ++k) {
-      CheckGuards(tensors.outputs[k], source.name, emulated.source_path, "out", k);
+      // An output in an input's memory has no guard bytes of its own.
+      const void* data = tensors.outputs[k].const_data_ptr();
+      if (std::none_of(tensors.inputs.begin(), tensors.inputs.end(), [&](const at::Tensor& in) {
+            return in.dim() > 0 && in.const_data_ptr() == data;
+          })) {
+        CheckGuards(tensors.outputs[k], source.name, emulated.source_path, "out", k);
+      }
     }
     for (size_t k = 0; k < tensors.workspace.size(); ++k) {
       CheckGuards(tensors.workspace[k], source.name, emulated.source_path, "workspace", k);

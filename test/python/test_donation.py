@@ -1,0 +1,227 @@
+"""Buffer donation: at mark_step, a fused kernel writes a result over the
+memory of a parameter that nothing else will read, so optimizer steps update
+in place. Values must match eager and the same run with donation off, and
+memory that anything can still read must never be written."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import lazyfuse
+from conftest import HOST_COMPILER, NO_FUSED_KERNELS, ON_CUDA
+
+pytestmark = pytest.mark.skipif(not (ON_CUDA or HOST_COMPILER), reason=NO_FUSED_KERNELS)
+
+DONATED = "LazyFuseDonatedParameters"
+
+
+@pytest.fixture(autouse=True)
+def kernels(fused_kernels: None) -> Iterator[None]:
+    before = lazyfuse.config.donation()
+    lazyfuse.config.set_donation(True)
+    try:
+        yield
+    finally:
+        lazyfuse.config.set_donation(before)
+
+
+def donated() -> int:
+    return lazyfuse.metrics.counter_value(DONATED)
+
+
+def model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.LayerNorm(32), torch.nn.Linear(32, 4)
+    )
+
+
+OPTIMIZERS: dict[str, Callable[[list[torch.nn.Parameter]], torch.optim.Optimizer]] = {
+    "sgd": lambda p: torch.optim.SGD(p, lr=0.1),
+    "momentum": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, nesterov=True),
+    "adam": lambda p: torch.optim.Adam(p, lr=0.01),
+    "adamw": lambda p: torch.optim.AdamW(p, lr=0.01, weight_decay=0.1),
+}
+
+
+def train(device: torch.device, optimizer: str, steps: int = 3) -> list[torch.Tensor]:
+    net = model().to(device)
+    opt = OPTIMIZERS[optimizer](list(net.parameters()))
+    torch.manual_seed(1)
+    x = torch.randn(8, 16).to(device)
+    y = torch.randn(8, 4).to(device)
+    for _ in range(steps):
+        opt.zero_grad()
+        F.mse_loss(net(x), y).backward()
+        opt.step()
+        if device.type == "lazy":
+            lazyfuse.mark_step()
+    state = [t for s in opt.state.values() for t in s.values() if t.dim() > 0]
+    return [p.detach().cpu() for p in net.parameters()] + [t.cpu() for t in state]
+
+
+@pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
+def test_optimizer_updates_in_place_and_matches_eager(optimizer: str) -> None:
+    eager = train(torch.device("cpu"), optimizer)
+    lazyfuse.config.set_donation(False)
+    kept = train(lazyfuse.lazy_device(), optimizer)
+    assert donated() == 0
+    lazyfuse.config.set_donation(True)
+    in_place = train(lazyfuse.lazy_device(), optimizer)
+    # Each step writes the weights (and from the second step on their state)
+    # in place. Biases are not: their update runs in their gradient's
+    # reduction kernel, which takes no input's memory yet.
+    weights = 3 if optimizer == "sgd" else 3 + 2 * (2 if optimizer.startswith("adam") else 1)
+    assert donated() >= 3 * weights - 3
+    for a, b, c in zip(eager, kept, in_place, strict=True):
+        torch.testing.assert_close(c, b, rtol=0, atol=0)
+        torch.testing.assert_close(c, a, rtol=1e-4, atol=1e-5)
+
+
+def lazy_pair(size: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+    torch.manual_seed(0)
+    p = torch.randn(size).to(lazyfuse.lazy_device())
+    g = torch.randn(size).to(lazyfuse.lazy_device())
+    lazyfuse.mark_step()
+    return p, g
+
+
+def test_memory_is_reused() -> None:
+    p, g = lazy_pair()
+    address = lazyfuse.debug.data_address(p)
+    p.sub_(g * 0.5)
+    lazyfuse.mark_step()
+    assert donated() == 1
+    assert lazyfuse.debug.data_address(p) == address
+
+
+def test_a_host_copy_keeps_the_old_value() -> None:
+    p, g = lazy_pair()
+    old = p.cpu()
+    before = old.clone()
+    p.add_(g)
+    lazyfuse.mark_step()
+    torch.testing.assert_close(old, before, rtol=0, atol=0)
+    torch.testing.assert_close(p.cpu(), before + g.cpu())
+
+
+def test_a_saved_alias_sees_the_update_as_in_eager() -> None:
+    p, g = lazy_pair()
+    alias = p.view(8, 8)
+    detached = p.detach()
+    expected = p.cpu() + g.cpu()
+    p.add_(g)
+    lazyfuse.mark_step()
+    torch.testing.assert_close(alias.cpu(), expected.view(8, 8))
+    torch.testing.assert_close(detached.cpu(), expected)
+
+
+def test_a_value_read_before_mark_step_is_not_overwritten() -> None:
+    p, g = lazy_pair()
+    old = p * 1  # IR that reads the old value, synced below by a read of its own
+    q = p + 0
+    p.add_(g)
+    total = q.sum().item()  # syncs q alone: p's old data stays in old's IR
+    lazyfuse.mark_step()
+    expected_old = q.cpu()
+    torch.testing.assert_close(old.cpu(), expected_old)
+    torch.testing.assert_close(expected_old.sum().item(), total)
+    torch.testing.assert_close(p.cpu(), expected_old + g.cpu())
+
+
+def test_an_input_read_by_two_kernels_is_taken_by_neither_before_its_last_read() -> None:
+    p, g = lazy_pair(48)
+    host_p, host_g = p.cpu().clone(), g.cpu()
+    total = p.sum()  # a reduction kernel reads the old p as well as the update
+    scaled = p * 3  # and a pointwise kernel that is not the update
+    p.mul_(0.5).add_(g)
+    lazyfuse.mark_step()
+    torch.testing.assert_close(total.cpu(), host_p.sum())
+    torch.testing.assert_close(scaled.cpu(), host_p * 3)
+    torch.testing.assert_close(p.cpu(), host_p * 0.5 + host_g)
+
+
+def test_no_donation_for_partial_syncs() -> None:
+    p, g = lazy_pair()
+    expected = p.cpu() + g.cpu()
+    p.add_(g)
+    assert p.sum().item() == pytest.approx(expected.sum().item(), rel=1e-5)
+    assert donated() == 0
+    torch.testing.assert_close(p.cpu(), expected)
+
+
+@pytest.fixture
+def fault_after_first_launch() -> Iterator[None]:
+    lazyfuse._C._inject_kernel_faults(True, after_launches=1)
+    try:
+        yield
+    finally:
+        lazyfuse._C._inject_kernel_faults(False)
+
+
+def test_failure_after_an_in_place_write_keeps_every_value(
+    fault_after_first_launch: None,
+) -> None:
+    torch.manual_seed(0)
+    host_p, host_r = torch.randn(24), torch.randn(5, 7)
+    p, r = host_p.to(lazyfuse.lazy_device()), host_r.to(lazyfuse.lazy_device())
+    lazyfuse._C._inject_kernel_faults(False)
+    lazyfuse.mark_step()
+    lazyfuse._C._inject_kernel_faults(True, after_launches=1)
+    p.mul_(3).add_(1)
+    r.mul_(2).sub_(1)
+    with pytest.raises(RuntimeError, match="buffer donation.*Nothing is lost"):
+        lazyfuse.mark_step()
+    # The graph wrote one update in place before the second kernel failed.
+    assert donated() == 1
+    with pytest.raises(RuntimeError, match="injected kernel fault"):
+        p.cpu()  # finishing the graph fails again, and is kept again
+    lazyfuse._C._inject_kernel_faults(False)
+    torch.testing.assert_close(p.cpu(), host_p * 3 + 1)
+    torch.testing.assert_close(r.cpu(), host_r * 2 - 1)
+    assert lazyfuse.metrics.counter_value("LazyFuseGraphsFinishedLater") == 1
+    p.add_(1)
+    lazyfuse.mark_step()
+    torch.testing.assert_close(p.cpu(), host_p * 3 + 2)
+
+
+def test_failure_before_any_in_place_write_rolls_back() -> None:
+    p, g = lazy_pair()
+    expected = p.cpu() + g.cpu()
+    p.add_(g)
+    lazyfuse._C._inject_kernel_faults(True)
+    try:
+        with pytest.raises(RuntimeError, match="injected kernel fault") as raised:
+            lazyfuse.mark_step()
+        assert "buffer donation" not in str(raised.value)
+    finally:
+        lazyfuse._C._inject_kernel_faults(False)
+    lazyfuse.mark_step()
+    torch.testing.assert_close(p.cpu(), expected)
+
+
+@pytest.mark.skipif(ON_CUDA, reason="the emulator's own check; a GPU cannot see the race")
+def test_emulator_reports_a_read_after_an_in_place_write() -> None:
+    x = torch.arange(384.0)
+    with lazyfuse.config.kernel_settings_as(emulate_cuda=True, strict=True):
+        lazy = x.to(lazyfuse.lazy_device())
+        lazyfuse.mark_step()
+        torch.neg(lazy).cpu()
+        (record,) = lazyfuse.debug.last_kernels()
+    source, name = str(record["source"]), str(record["name"])
+    load = "lf_vload<lf_v16>(in0 + base)"
+    assert load in source
+    # 3 blocks of 32 threads, one 4-float vector per thread.
+    in_place = x.clone()
+    lazyfuse.debug.launch_emulated_source(source, name, [in_place], [in_place], grid=3, block=32)
+    torch.testing.assert_close(in_place, -x)
+    # The last block reads the vectors the first block wrote: a race on a GPU.
+    reversed_read = source.replace(load, "lf_vload<lf_v16>(in0 + (n - 4 - base))")
+    with pytest.raises(RuntimeError, match="after this launch wrote its output there in place"):
+        lazyfuse.debug.launch_emulated_source(
+            reversed_read, name, [in_place], [in_place], grid=3, block=32
+        )
