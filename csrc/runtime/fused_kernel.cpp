@@ -118,6 +118,8 @@ FusedKernel::FusedKernel(std::shared_ptr<const Program> program,
       strict_(strict),
       device_type_(target_->device().type()),
       in_place_(InPlaceInputs(*program_, group_)) {
+  may_take_inputs_ = std::any_of(
+      in_place_.begin(), in_place_.end(), [](const auto& inputs) { return !inputs.empty(); });
   for (BufferId id : group_.inputs) {
     constant_input_.push_back(std::any_of(program_->constants.begin(),
                                           program_->constants.end(),
@@ -228,6 +230,9 @@ std::vector<at::Tensor> FusedKernel::Launch(const std::vector<at::Tensor>& input
     outputs.push_back(target_->NewOutput(info.sizes, info.dtype));
   }
   const auto report_taken = [&] {
+    if (taken.empty()) {
+      return;
+    }
     for (size_t k : taken) {
       (*overwritten)[k] = true;
     }
@@ -392,9 +397,15 @@ Program BuildFusedProgram(std::shared_ptr<const Program> program,
     step.fn = [kernel](KernelArgs& args) {
       const size_t count = kernel->input_count();
       std::vector<at::Tensor> inputs;
-      std::vector<bool> may_overwrite(count);
+      inputs.reserve(count);
       for (size_t k = 0; k < count; ++k) {
         inputs.push_back(args.host_tensor());
+      }
+      if (!kernel->may_take_inputs()) {
+        return kernel->Run(inputs, {}, nullptr);  // the launch path of most kernels
+      }
+      std::vector<bool> may_overwrite(count);
+      for (size_t k = 0; k < count; ++k) {
         may_overwrite[k] = args.may_overwrite(k);
       }
       std::vector<bool> overwritten(count, false);

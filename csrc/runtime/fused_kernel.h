@@ -45,6 +45,10 @@ class FusedKernel {
   size_t input_count() const {
     return group_.inputs.size();
   }
+  // Whether some output may take an input's memory (InPlaceInputs).
+  bool may_take_inputs() const {
+    return may_take_inputs_;
+  }
 
  private:
   struct Variant {
@@ -75,6 +79,7 @@ class FusedKernel {
   c10::DeviceType device_type_;
   // Per output: the inputs whose memory it may take (InPlaceInputs).
   std::vector<std::vector<size_t>> in_place_;
+  bool may_take_inputs_ = false;
   mutable std::mutex mutex_;
   // Never shrinks, so a Variant's address is stable for last_variant_.
   std::vector<std::unique_ptr<Variant>> variants_;
