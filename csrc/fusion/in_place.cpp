@@ -9,12 +9,26 @@
 namespace lazyfuse {
 namespace {
 
-// A view that leaves every element where it was: detach, a reshape or
-// broadcast to the same sizes, an identity permutation, a full slice.
+int64_t Numel(const std::vector<int64_t>& sizes) {
+  int64_t numel = 1;
+  for (int64_t size : sizes) {
+    numel *= size;
+  }
+  return numel;
+}
+
+// A view that leaves every element at its linear index, which is where a
+// kernel reads and writes it: detach, any reshape, a broadcast to the same
+// sizes, an identity permutation, a full slice.
 bool IsIdentityView(const Step& step, const Program& program) {
   const auto rule = ViewRuleFor(step, program);
-  if (!rule || step.inputs.empty() || step.outputs.size() != 1 ||
-      program.buffers[step.inputs[0]].sizes != program.buffers[step.outputs[0]].sizes) {
+  if (!rule || step.inputs.empty() || step.outputs.size() != 1) {
+    return false;
+  }
+  if (rule->kind == ViewKind::kReshape) {
+    return true;
+  }
+  if (program.buffers[step.inputs[0]].sizes != program.buffers[step.outputs[0]].sizes) {
     return false;
   }
   switch (rule->kind) {
@@ -38,10 +52,13 @@ bool IsIdentityView(const Step& step, const Program& program) {
 
 // The buffers computed from `input` inside the group, or nothing when some
 // step reads it (or a value computed from it) other than element-wise over
-// the whole domain: a view that moves elements, a broadcast, a reduction.
+// `domain`: a view that moves elements, a broadcast, a reduction, or any step
+// before `first_step` (a reduction's prologue).
 std::optional<std::unordered_set<BufferId>> ElementwiseReach(const Program& program,
                                                              const FusionGroup& group,
-                                                             BufferId input) {
+                                                             BufferId input,
+                                                             const std::vector<int64_t>& domain,
+                                                             size_t first_step) {
   std::unordered_set<BufferId> reached{input};
   for (size_t index : group.steps) {
     const Step& step = program.steps[index];
@@ -51,11 +68,12 @@ std::optional<std::unordered_set<BufferId>> ElementwiseReach(const Program& prog
     if (!reads_reached) {
       continue;
     }
-    if (!PointwiseRuleFor(step, program) && !IsIdentityView(step, program)) {
+    if (index < first_step ||
+        (!PointwiseRuleFor(step, program) && !IsIdentityView(step, program))) {
       return std::nullopt;
     }
     for (BufferId out : step.outputs) {
-      if (program.buffers[out].sizes != group.domain) {
+      if (Numel(program.buffers[out].sizes) != Numel(domain)) {
         return std::nullopt;
       }
       reached.insert(out);
@@ -68,7 +86,21 @@ std::optional<std::unordered_set<BufferId>> ElementwiseReach(const Program& prog
 
 std::vector<std::vector<size_t>> InPlaceInputs(const Program& program, const FusionGroup& group) {
   std::vector<std::vector<size_t>> candidates(group.outputs.size());
-  if (group.kind != GroupKind::kPointwise) {
+  std::vector<int64_t> domain = group.domain;
+  size_t first_step = 0;
+  if (group.kind == GroupKind::kReduction && group.reduction) {
+    // Epilogue steps run at the row (or, writing the full shape, the element)
+    // the reduction has just finished.
+    const Step& reduction = program.steps[*group.reduction];
+    const auto rule = ReductionRuleFor(reduction, program);
+    if (!rule) {
+      return candidates;
+    }
+    if (!WritesFullShape(rule->kind)) {
+      domain = program.buffers[reduction.outputs[0]].sizes;
+    }
+    first_step = *group.reduction + 1;
+  } else if (group.kind != GroupKind::kPointwise) {
     return candidates;
   }
   std::unordered_set<BufferId> results(program.results.begin(), program.results.end());
@@ -80,25 +112,32 @@ std::vector<std::vector<size_t>> InPlaceInputs(const Program& program, const Fus
     const BufferId input = group.inputs[k];
     const BufferInfo& info = program.buffers[input];
     // A result is still read after the graph; a constant belongs to the program.
-    if (info.sizes != group.domain || results.count(input) != 0 || constants.count(input) != 0) {
+    // Buffers with the domain's element count are all read and written at
+    // the domain's linear index ([32] and a keepdim sum's [1, 32] alike).
+    if (Numel(info.sizes) != Numel(domain) || results.count(input) != 0 ||
+        constants.count(input) != 0) {
       continue;
     }
-    const auto reached = ElementwiseReach(program, group, input);
+    const auto reached = ElementwiseReach(program, group, input, domain, first_step);
     if (!reached) {
       continue;
     }
-    // Outputs are stored in order, and a later output may load the input
-    // again (at an index written differently), so only the last output the
-    // input reaches may take its memory.
+    // A pointwise kernel loads an element's inputs before storing any of its
+    // outputs, so any output the input reaches may take its memory. A
+    // reduction stores its outputs one by one, and a later one may load the
+    // input again (at an index written differently): only the last may.
+    const bool any_reached = group.kind == GroupKind::kPointwise;
     for (size_t j = group.outputs.size(); j-- > 0;) {
       if (reached->count(group.outputs[j]) == 0) {
         continue;
       }
       const BufferInfo& out = program.buffers[group.outputs[j]];
-      if (out.dtype == info.dtype && out.sizes == group.domain) {
+      if (out.dtype == info.dtype && out.sizes == info.sizes) {
         candidates[j].push_back(k);
       }
-      break;
+      if (!any_reached) {
+        break;
+      }
     }
   }
   return candidates;

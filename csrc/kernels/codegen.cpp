@@ -8,6 +8,7 @@
 #include <limits>
 #include <set>
 
+#include "fusion/in_place.h"
 #include "fusion/rules.h"
 #include "kernels/writer.h"
 
@@ -66,13 +67,25 @@ std::string Parameters(const Program& program,
                        const KernelDialect& dialect,
                        std::vector<std::string>& types) {
   std::vector<std::string> params;
-  const std::string restrict_ = dialect.restrict_qualifier;
+  // An output that may be written over an input's memory (buffer donation)
+  // aliases it, so neither pointer may be declared restrict: that would also
+  // allow reads through the incoherent read-only cache after the write.
+  const std::vector<std::vector<size_t>> in_place = InPlaceInputs(program, group);
+  std::vector<bool> may_alias(group.inputs.size(), false);
+  for (const auto& inputs : in_place) {
+    for (size_t k : inputs) {
+      may_alias[k] = true;
+    }
+  }
+  auto restrict_ = [&](bool aliased) {
+    return aliased ? std::string(" ") : " " + std::string(dialect.restrict_qualifier) + " ";
+  };
   for (size_t k = 0; k < group.inputs.size(); ++k) {
     const at::ScalarType dtype = program.buffers[group.inputs[k]].dtype;
     switch (signature.inputs[k].kind) {
       case InputBinding::Kind::kTensor:
         types.push_back("const " + std::string(StorageTypeName(dtype)) + "*");
-        params.push_back(types.back() + " " + restrict_ + " in" + std::to_string(k));
+        params.push_back(types.back() + restrict_(may_alias[k]) + "in" + std::to_string(k));
         break;
       case InputBinding::Kind::kHostScalar:
         types.push_back(RegisterTypeName(dtype));
@@ -85,7 +98,7 @@ std::string Parameters(const Program& program,
   for (size_t k = 0; k < group.outputs.size(); ++k) {
     const at::ScalarType dtype = program.buffers[group.outputs[k]].dtype;
     types.push_back(std::string(StorageTypeName(dtype)) + "*");
-    params.push_back(types.back() + " " + restrict_ + " out" + std::to_string(k));
+    params.push_back(types.back() + restrict_(!in_place[k].empty()) + "out" + std::to_string(k));
   }
   std::string joined;
   for (size_t i = 0; i < params.size(); ++i) {
@@ -179,7 +192,12 @@ class PointwiseKernel {
     return numel >= width * 2 ? width : 1;
   }
 
+  // Every value first, then the stores: any output the planner lets take an
+  // input's memory (InPlaceInputs) is stored after the element's last load.
   void StoreAll(KernelWriter& writer, const KernelIndex& index) {
+    for (size_t k = 0; k < group_.outputs.size(); ++k) {
+      writer.ComputeOutput(k, index);
+    }
     for (size_t k = 0; k < group_.outputs.size(); ++k) {
       writer.Store(k, index);
     }

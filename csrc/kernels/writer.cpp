@@ -403,6 +403,11 @@ std::string KernelWriter::Compute(const Step& step, BufferId id, KernelIndex ind
   return var;
 }
 
+void KernelWriter::ComputeOutput(size_t output_slot, const KernelIndex& domain_index) {
+  const BufferId id = group_.outputs[output_slot];
+  Value(id, Broadcast(domain_index, program_.buffers[id].sizes));
+}
+
 void KernelWriter::Store(size_t output_slot, const KernelIndex& domain_index) {
   const BufferId id = group_.outputs[output_slot];
   const BufferInfo& info = program_.buffers[id];

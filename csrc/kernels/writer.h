@@ -46,6 +46,10 @@ class KernelWriter {
   // Stores group output `output_slot` at `domain_index`; a buffer smaller
   // than the domain (a broadcast) is stored only where the index is its own.
   void Store(size_t output_slot, const KernelIndex& domain_index);
+  // Computes (and remembers) the value Store would write, so a kernel can
+  // load everything before its first store: an output written over an input
+  // then never precedes a load of that input.
+  void ComputeOutput(size_t output_slot, const KernelIndex& domain_index);
 
   // A buffer whose value is computed elsewhere: a reduction's row result, or
   // a callback rendering a full-shape reduction result at an index.

@@ -72,11 +72,12 @@ def test_optimizer_updates_in_place_and_matches_eager(optimizer: str) -> None:
     assert donated() == 0
     lazyfuse.config.set_donation(True)
     in_place = train(lazyfuse.lazy_device(), optimizer)
-    # Each step writes the weights (and from the second step on their state)
-    # in place. Biases are not: their update runs in their gradient's
-    # reduction kernel, which takes no input's memory yet.
-    weights = 3 if optimizer == "sgd" else 3 + 2 * (2 if optimizer.startswith("adam") else 1)
-    assert donated() >= 3 * weights - 3
+    # Every step writes all 6 parameters and their state in place (momentum's
+    # buffers exist from the first step's end). SGD updates each bias in its
+    # gradient's reduction kernel, whose epilogue takes the bias's memory;
+    # Adam's kernels write the weight and both moments over their inputs.
+    expected = {"sgd": 3 * 6, "momentum": 6 + 2 * 12, "adam": 3 * 18, "adamw": 3 * 18}
+    assert donated() >= expected[optimizer]
     for a, b, c in zip(eager, kept, in_place, strict=True):
         torch.testing.assert_close(c, b, rtol=0, atol=0)
         torch.testing.assert_close(c, a, rtol=1e-4, atol=1e-5)
@@ -97,6 +98,28 @@ def test_memory_is_reused() -> None:
     lazyfuse.mark_step()
     assert donated() == 1
     assert lazyfuse.debug.data_address(p) == address
+
+
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_a_reduction_epilogue_updates_in_place(keepdim: bool) -> None:
+    # A bias's SGD step runs in its gradient's sum kernel, at the row just
+    # reduced; a keepdim sum's [1, n] row and the [n] bias share a layout.
+    torch.manual_seed(0)
+    g, b = torch.randn(8, 32), torch.randn(32)
+    lazy_g, lazy_b = g.to(lazyfuse.lazy_device()), b.to(lazyfuse.lazy_device())
+    lazyfuse.mark_step()
+    address = lazyfuse.debug.data_address(lazy_b)
+    lazy_b.add_(lazy_g.sum(0, keepdim=keepdim).view(32), alpha=-0.1)
+    lazyfuse.mark_step()
+    assert donated() == 1
+    assert lazyfuse.debug.data_address(lazy_b) == address
+    torch.testing.assert_close(lazy_b.cpu(), b - 0.1 * g.sum(0))
+    # The prologue reads every row: an input read there keeps its memory.
+    b = b - 0.1 * g.sum(0)
+    lazy_b.add_((lazy_g * lazy_b).sum(0), alpha=-0.1)
+    lazyfuse.mark_step()
+    assert donated() == 1
+    torch.testing.assert_close(lazy_b.cpu(), b - 0.1 * (g * b).sum(0))
 
 
 def test_a_host_copy_keeps_the_old_value() -> None:

@@ -203,3 +203,17 @@ def test_default_cache_dir(monkeypatch) -> None:
     monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
     monkeypatch.setenv("HOME", "/home/someone")
     assert lazyfuse.debug.kernel_cache_dir() == "/home/someone/.cache/lazyfuse"
+
+
+def test_pointers_that_may_alias_are_not_restrict(lazy: torch.device) -> None:
+    # An update written over its input's memory (buffer donation) aliases
+    # that input: restrict would let the compiler read it through the
+    # read-only cache after the write. Other kernels keep restrict.
+    p, g = torch.randn(256, device=lazy), torch.randn(256, device=lazy)
+    lazyfuse.mark_step()
+    (update,) = lazyfuse.debug.compile_cuda(p - 0.1 * g, arch="sm_90")
+    params = str(update["source"]).split("extern")[-1].split(")")[0]
+    assert "__restrict__" not in params and "float* out0" in params, params
+    (reduce,) = lazyfuse.debug.compile_cuda((p * g).sum(), arch="sm_90")
+    params = str(reduce["source"]).split("extern")[-1].split(")")[0]
+    assert "const float* __restrict__ in0" in params, params

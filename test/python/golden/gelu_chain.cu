@@ -1,4 +1,4 @@
-extern "C" __global__ void lf_pointwise_mul_gelu_tanh_mul(const float* __restrict__ in0, double s1, float* __restrict__ out0) {
+extern "C" __global__ void lf_pointwise_mul_gelu_tanh_mul(const float* in0, double s1, float* out0) {
   const int n = 1001;
   const int stride = (int)gridDim.x * blockDim.x;
   const int tid = (int)blockIdx.x * blockDim.x + threadIdx.x;
