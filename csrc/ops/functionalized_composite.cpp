@@ -8,7 +8,6 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
-#include <unordered_set>
 #include <vector>
 
 #include "ltc/eager_fallback.h"
@@ -135,7 +134,8 @@ class Registry final : public c10::OpRegistrationListener {
     size_t registered = 0;
     for (const c10::OperatorName& name : names) {
       std::optional<c10::OperatorHandle> op = c10::Dispatcher::singleton().findOp(name);
-      if (!op || !NeedsFunctionalizedComposite(*op) || !registered_.insert(name).second) {
+      // Registering gives the op a Lazy kernel, so a name seen twice is skipped.
+      if (!op || !NeedsFunctionalizedComposite(*op)) {
         continue;
       }
       handles_.push_back(c10::Dispatcher::singleton().registerImpl(
@@ -155,7 +155,6 @@ class Registry final : public c10::OpRegistrationListener {
   std::atomic<bool> has_pending_{false};
   std::vector<c10::OperatorName> pending_;
   std::mutex registration_mutex_;
-  std::unordered_set<c10::OperatorName> registered_;
   std::vector<c10::RegistrationHandleRAII> handles_;
 };
 
