@@ -17,6 +17,9 @@ typedef unsigned short lf_bf16;
 #define LF_HALF_POW_ROUNDS_EACH_PRODUCT 1
 #define LF_INF (__int_as_float(0x7f800000))
 #define LF_DINF (__longlong_as_double(0x7ff0000000000000LL))
+// Row loops stride by a compile-time block size; unrolled, a thread keeps
+// several loads in flight.
+#define LF_UNROLL _Pragma("unroll 4")
 
 __device__ __forceinline__ float lf_h2f(lf_half h) {
   float f;
@@ -253,6 +256,60 @@ __device__ __forceinline__ void lf_block_softmax_stats(T& m, T& s, T* smem_m, T*
   m = smem_m[0];
   s = smem_s[0];
   for (int w = 1; w < warps; ++w) lf_softmax_merge(m, s, smem_m[w], smem_s[w]);
+}
+
+// Welford's running count n, mean and sum of squared deviations m2, so a row
+// too long for the row cache gives var and layer norm's statistics in one
+// read (of the row less its first element, if finite, so the mean is not
+// rounded at the row's magnitude). The merge is symmetric (the mean is a
+// weighted sum, the correction a product), so every lane of a butterfly
+// agrees, and an empty side leaves the other as it was.
+template <typename T> __device__ __forceinline__ T lf_finite_or_zero(T x) {
+  return x - x == (T)0 ? x : (T)0;
+}
+template <typename T> __device__ __forceinline__ void lf_welford_add(T& n, T& mean, T& m2, T x) {
+  n = n + (T)1;
+  const T d = x - mean;
+  mean = mean + d / n;
+  m2 = m2 + d * (x - mean);
+}
+template <typename T>
+__device__ __forceinline__ void lf_welford_merge(T& n, T& mean, T& m2, T n2, T mean2, T m22) {
+  if (n2 == (T)0) return;
+  if (n == (T)0) {
+    n = n2;
+    mean = mean2;
+    m2 = m22;
+    return;
+  }
+  const T total = n + n2;
+  const T d = mean2 - mean;
+  m2 = (m2 + m22) + d * d * (n * n2 / total);
+  mean = (n * mean + n2 * mean2) / total;
+  n = total;
+}
+template <typename T>
+__device__ __forceinline__ void lf_block_welford(T& n, T& mean, T& m2, T* smem_n, T* smem_mean,
+                                                 T* smem_m2) {
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    const T n2 = __shfl_xor_sync(0xffffffffu, n, offset);
+    const T mean2 = __shfl_xor_sync(0xffffffffu, mean, offset);
+    const T m22 = __shfl_xor_sync(0xffffffffu, m2, offset);
+    lf_welford_merge(n, mean, m2, n2, mean2, m22);
+  }
+  const int warps = (blockDim.x + 31) >> 5;
+  if (warps == 1) return;
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) {
+    smem_n[threadIdx.x >> 5] = n;
+    smem_mean[threadIdx.x >> 5] = mean;
+    smem_m2[threadIdx.x >> 5] = m2;
+  }
+  __syncthreads();
+  n = smem_n[0];
+  mean = smem_mean[0];
+  m2 = smem_m2[0];
+  for (int w = 1; w < warps; ++w) lf_welford_merge(n, mean, m2, smem_n[w], smem_mean[w], smem_m2[w]);
 }
 )CUDA";
 

@@ -25,6 +25,7 @@ constexpr const char* kEmulatedTarget = R"CPP(
   // Emulated kernels are checked against CPU eager, whose pow(x, 3) on half
   // rounds once (see lf_pow_scalar_half).
 #define LF_HALF_POW_ROUNDS_EACH_PRODUCT 0
+#define LF_UNROLL
 #define __global__
 #define __device__
 #define __forceinline__ inline

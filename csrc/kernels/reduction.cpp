@@ -29,9 +29,9 @@ namespace {
 
 // Static shared memory is at most 48 KiB a block; the row cache takes 32.
 constexpr int64_t kRowCacheBytes = 32 * 1024;
-// Shorter uncached rows keep softmax's three passes: cheap at that length,
-// and without the rounding the online pass's rescaling adds.
-constexpr int64_t kOnlineSoftmaxMinColumns = 1024;
+// Shorter uncached rows keep their extra passes: cheap at that length, and
+// without the rounding one-pass statistics (online softmax, Welford) add.
+constexpr int64_t kOnePassMinColumns = 1024;
 
 class ReductionKernel {
  public:
@@ -74,7 +74,9 @@ class ReductionKernel {
     const bool combinable = rule_.kind == ReductionKind::kSum ||
                             rule_.kind == ReductionKind::kMean ||
                             rule_.kind == ReductionKind::kMax || rule_.kind == ReductionKind::kMin;
-    split_.emplace(w_, dialect, idx_, acc_, rows_, cols_, block_, combinable);
+    block_limit_ = signature.block_limit > 0 ? signature.block_limit : 1024;
+    split_.emplace(
+        w_, dialect, idx_, acc_, rows_, cols_, block_, combinable, std::min(512, block_limit_));
     row_cache_ =
         multi_pass && block_ && !split() && cols_ * (acc_ == "double" ? 8 : 4) <= kRowCacheBytes;
     reduction_index_ = *group.reduction;
@@ -84,14 +86,18 @@ class ReductionKernel {
     out_.launch = block_ ? LaunchShape::kBlockPerRow : LaunchShape::kThreadPerRow;
     out_.work_items = rows_;
     out_.block_size = block_ ? BlockSize() : 128;
+    block_threads_ = out_.block_size;
     if (split()) {
       split_->OpenLoop(out_);
     } else if (block_) {
       w_.Line("__shared__ " + acc_ + " lf_smem[32];");
       if (row_cache_) {
         w_.Line("__shared__ " + acc_ + " lf_row[" + std::to_string(cols_) + "];");
-      } else if (OnlineSoftmax()) {
-        w_.Line("__shared__ " + acc_ + " lf_smem2[32];");  // online softmax's sums
+      } else if (OnlineSoftmax() || Welford()) {
+        w_.Line("__shared__ " + acc_ + " lf_smem2[32];");  // the second statistic
+        if (Welford()) {
+          w_.Line("__shared__ " + acc_ + " lf_smem3[32];");
+        }
       }
       w_.Open("for (" + idx_ + " row = " + dialect_.block_index + "; row < " +
               std::to_string(rows_) + "; row += " + dialect_.grid_size + ")");
@@ -120,7 +126,7 @@ class ReductionKernel {
 
   int BlockSize() const {
     int size = 32;
-    while (size < 512 && size * 2 <= cols_) {
+    while (size < 512 && size * 2 <= cols_ && size * 2 <= block_limit_) {
       size *= 2;
     }
     return size;
@@ -154,8 +160,8 @@ class ReductionKernel {
       return split_->ColumnLoop();
     }
     if (block_) {
-      return "for (" + idx_ + " c = " + dialect_.thread_index + "; c < " + std::to_string(cols_) +
-             "; c += " + dialect_.block_size + ")";
+      return "LF_UNROLL for (" + idx_ + " c = " + dialect_.thread_index + "; c < " +
+             std::to_string(cols_) + "; c += " + std::to_string(block_threads_) + ")";
     }
     return "for (" + idx_ + " c = 0; c < " + std::to_string(cols_) + "; ++c)";
   }
@@ -300,14 +306,23 @@ class ReductionKernel {
       }
       case ReductionKind::kVar:
       case ReductionKind::kLayerNorm: {
-        const std::string total = Accumulate("0", sum, "lf_sum_op", false);
-        const std::string mean = w_.NewVar("m");
-        w_.Line("const " + acc_ + " " + mean + " = " + total + " / " + cols + ";");
+        std::string mean;
+        std::string m2;
+        if (Welford()) {
+          std::tie(mean, m2) = WelfordStats(rule_.kind == ReductionKind::kVar);
+        } else {
+          const std::string total = Accumulate("0", sum, "lf_sum_op", false);
+          mean = w_.NewVar("m");
+          w_.Line("const " + acc_ + " " + mean + " = " + total + " / " + cols + ";");
+        }
         auto squared = [&](const std::string& a, const std::string& x) {
           return a + " + (" + x + " - " + mean + ") * (" + x + " - " + mean + ")";
         };
-        if (rule_.kind == ReductionKind::kVar) {
-          const std::string m2 = Accumulate("0", squared, "lf_sum_op", true);
+        const bool var = rule_.kind == ReductionKind::kVar;
+        if (m2.empty()) {
+          m2 = Accumulate("0", squared, "lf_sum_op", /*last_loop=*/var);
+        }
+        if (var) {
           std::string correction = "1";
           const c10::IValue* has = step_.attr("has_correction");
           if (has != nullptr && has->toBool()) {
@@ -319,7 +334,6 @@ class ReductionKernel {
                           Result(0, m2 + " / (" + dof + " > 0 ? " + dof + " : (" + acc_ + ")0)"));
           break;
         }
-        const std::string m2 = Accumulate("0", squared, "lf_sum_op", false);
         const std::string rstd = w_.NewVar("rstd");
         w_.Line("const " + acc_ + " " + rstd + " = lf_rsqrt(" + m2 + " / " + cols + " + (" + acc_ +
                 ")" + ConstantLiteral(at::scalar_tensor(rule_.eps, at::kDouble)) + ");");
@@ -363,8 +377,40 @@ class ReductionKernel {
   }
 
   bool OnlineSoftmax() const {
-    return (rule_.kind == ReductionKind::kSoftmax || rule_.kind == ReductionKind::kLogSoftmax) &&
-           !row_cache_ && cols_ >= kOnlineSoftmaxMinColumns;
+    return !row_cache_ && cols_ >= kOnePassMinColumns &&
+           (rule_.kind == ReductionKind::kSoftmax || rule_.kind == ReductionKind::kLogSoftmax);
+  }
+  bool Welford() const {
+    return !row_cache_ && cols_ >= kOnePassMinColumns &&
+           (rule_.kind == ReductionKind::kVar || rule_.kind == ReductionKind::kLayerNorm);
+  }
+
+  // Mean and sum of squared deviations of a row that is not cached, in one
+  // read of it. For var that read is the last, so it also writes per-element
+  // outputs; layer norm reads the row again for its own.
+  std::pair<std::string, std::string> WelfordStats(bool last_loop) {
+    const std::string k = w_.NewVar("k");
+    w_.Line("const " + acc_ + " " + k + " = lf_finite_or_zero(" + Input(ElementIndex("0")) + ");");
+    const std::string n = w_.NewVar("n");
+    const std::string shifted = w_.NewVar("m");
+    const std::string m2 = w_.NewVar("q");
+    w_.Line(acc_ + " " + n + " = 0, " + shifted + " = 0, " + m2 + " = 0;");
+    w_.Open(ColumnLoop());
+    KernelIndex index = ElementIndex("c");
+    element_linear_ = index.linear;
+    w_.Line("lf_welford_add(" + n + ", " + shifted + ", " + m2 + ", " + Input(index) + " - " + k +
+            ");");
+    if (last_loop) {
+      StoreElementOutputs(index);
+    }
+    w_.Close();
+    if (block_) {
+      w_.Line("lf_block_welford(" + n + ", " + shifted + ", " + m2 +
+              ", lf_smem, lf_smem2, lf_smem3);");
+    }
+    const std::string mean = w_.NewVar("m");
+    w_.Line("const " + acc_ + " " + mean + " = " + k + " + " + shifted + ";");
+    return {mean, m2};
   }
 
   // A row that is not cached is read twice, not three times: max and sum of
@@ -431,6 +477,8 @@ class ReductionKernel {
   int64_t cols_ = 0;
   bool inner_ = false;
   bool block_ = false;
+  int block_limit_ = 1024;
+  int block_threads_ = 0;       // a block-per-row kernel's, a constant in its loops
   bool row_cache_ = false;      // the row is kept in shared memory lf_row
   bool cache_filled_ = false;   // a loop has filled lf_row
   std::string element_linear_;  // the current loop's element index

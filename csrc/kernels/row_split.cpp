@@ -11,7 +11,6 @@ namespace {
 constexpr int64_t kTargetBlocks = 1024;
 constexpr int64_t kMinBlockChunk = 2048;
 constexpr int64_t kMinThreadChunk = 32;
-constexpr int kSplitBlockSize = 512;
 constexpr int kThreadBlockSize = 128;
 
 }  // namespace
@@ -23,14 +22,16 @@ RowSplit::RowSplit(KernelWriter& writer,
                    int64_t rows,
                    int64_t cols,
                    bool per_block,
-                   bool combinable)
+                   bool combinable,
+                   int block_threads)
     : w_(writer),
       dialect_(dialect),
       idx_(std::move(index_type)),
       acc_(std::move(acc)),
       rows_(rows),
       cols_(cols),
-      per_block_(per_block) {
+      per_block_(per_block),
+      block_threads_(block_threads) {
   if (combinable && rows_ > 0) {
     // Per thread, the target is as many threads as that many blocks hold.
     const int64_t target = per_block_ ? kTargetBlocks : kTargetBlocks * kThreadBlockSize;
@@ -56,7 +57,7 @@ void RowSplit::OpenLoop(KernelSource& out) {
   out.counters = rows_;
   std::string chunk;
   if (per_block_) {
-    out.block_size = kSplitBlockSize;
+    out.block_size = block_threads_;
     w_.Line("__shared__ " + acc_ + " lf_smem[32];");
     w_.Line("__shared__ bool lf_last;");
     w_.Open("for (" + idx_ + " lf_item = " + dialect_.block_index + "; lf_item < " +
@@ -82,8 +83,8 @@ std::string RowSplit::ColumnLoop() const {
   if (!per_block_) {
     return "for (" + idx_ + " c = lf_begin; c < lf_end; ++c)";
   }
-  return "for (" + idx_ + " c = lf_begin + " + dialect_.thread_index +
-         "; c < lf_end; c += " + dialect_.block_size + ")";
+  return "LF_UNROLL for (" + idx_ + " c = lf_begin + " + dialect_.thread_index +
+         "; c < lf_end; c += " + std::to_string(block_threads_) + ")";
 }
 
 void RowSplit::Combine(const std::string& acc,
@@ -110,7 +111,7 @@ void RowSplit::Combine(const std::string& acc,
   w_.Open("if (lf_last)");
   w_.Line(acc + " = " + init + ";");
   w_.Open("for (" + idx_ + " k = " + dialect_.thread_index + "; k < " + std::to_string(chunks_) +
-          "; k += " + dialect_.block_size + ")");
+          "; k += " + std::to_string(block_threads_) + ")");
   w_.Line(acc + " = " + update(acc, partial) + ";");
   w_.Close();
   w_.Line(acc + " = lf_block_reduce(" + acc + ", " + combine + "(), lf_smem);");

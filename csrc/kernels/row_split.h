@@ -31,7 +31,8 @@ class RowSplit {
            int64_t rows,
            int64_t cols,
            bool per_block,
-           bool combinable);
+           bool combinable,
+           int block_threads);
 
   bool active() const {
     return chunks_ > 1;
@@ -61,6 +62,7 @@ class RowSplit {
   int64_t rows_;
   int64_t cols_;
   bool per_block_;
+  int block_threads_;  // per block: the launch's, written into the loops
   int64_t chunks_ = 1;
   int64_t chunk_cols_ = 0;
 };

@@ -29,15 +29,19 @@ struct InputBinding {
 
 struct KernelSignature {
   std::vector<InputBinding> inputs;  // one per FusionGroup::inputs entry
+  // The most threads per block the target launches (the emulator's are
+  // fewer); 0: no limit. Block-per-row kernels write their block size into
+  // their loops, so it is part of what the source depends on.
+  int block_limit = 0;
 
   bool operator==(const KernelSignature& other) const {
-    return inputs == other.inputs;
+    return inputs == other.inputs && block_limit == other.block_limit;
   }
 };
 
 enum class LaunchShape {
   kElementwise,   // grid-stride over `work_items` elements (vectors when vector_width > 1)
-  kBlockPerRow,   // one block per reduced row (or row chunk), `block_size` threads
+  kBlockPerRow,   // one block per reduced row (or chunk), exactly `block_size` threads
   kThreadPerRow,  // one thread per reduced row
 };
 

@@ -172,12 +172,16 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def(
       "_compile_cuda",
-      [](const std::vector<at::Tensor>& tensors, const std::string& arch, int sms) {
+      [](const std::vector<at::Tensor>& tensors,
+         const std::string& arch,
+         int sms,
+         int block_limit) {
         const PendingGraph graph = LowerPendingGraph(tensors);
         std::vector<KernelCompileRecord> records;
         {
           py::gil_scoped_release release;
-          records = CompileFusedKernels(*graph.program, graph.host_scalar_parameters, arch, sms);
+          records = CompileFusedKernels(
+              *graph.program, graph.host_scalar_parameters, arch, sms, block_limit);
         }
         py::list out;
         for (const auto& record : records) {
@@ -196,7 +200,8 @@ PYBIND11_MODULE(_C, m) {
       },
       py::arg("tensors"),
       py::arg("arch"),
-      py::arg("sms"));
+      py::arg("sms"),
+      py::arg("block_limit") = 0);
   m.def("_nvrtc", [] {
     std::string where;
     const bool found = NvrtcAvailable(&where);

@@ -91,7 +91,9 @@ std::string FusedStepName(const Program& program, const FusionGroup& group) {
 LaunchConfig ComputeLaunch(const KernelSource& source, const LaunchLimits& limits) {
   LaunchConfig config;
   config.block = source.launch == LaunchShape::kElementwise ? 256 : source.block_size;
-  if (limits.block > 0) {
+  // A block-per-row kernel's loops assume its own block size, which codegen
+  // kept within the limit (KernelSignature::block_limit).
+  if (limits.block > 0 && source.launch != LaunchShape::kBlockPerRow) {
     config.block = limits.block;
   }
   const int64_t processors = std::max(limits.processors, 1);
@@ -117,6 +119,7 @@ FusedKernel::FusedKernel(std::shared_ptr<const Program> program,
       target_(std::move(target)),
       strict_(strict),
       device_type_(target_->device().type()),
+      block_limit_(target_->limits().block),
       in_place_(InPlaceInputs(*program_, group_)) {
   may_take_inputs_ = std::any_of(
       in_place_.begin(), in_place_.end(), [](const auto& inputs) { return !inputs.empty(); });
@@ -129,6 +132,7 @@ FusedKernel::FusedKernel(std::shared_ptr<const Program> program,
 
 KernelSignature FusedKernel::Bind(const std::vector<at::Tensor>& inputs) const {
   KernelSignature signature;
+  signature.block_limit = block_limit_;
   for (size_t k = 0; k < inputs.size(); ++k) {
     const at::Tensor& tensor = inputs[k];
     const bool constant = constant_input_[k];

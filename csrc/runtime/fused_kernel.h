@@ -77,6 +77,7 @@ class FusedKernel {
   // Per input: whether it is a program constant (written into the source).
   std::vector<bool> constant_input_;
   c10::DeviceType device_type_;
+  int block_limit_;  // the target's most threads per block (KernelSignature)
   // Per output: the inputs whose memory it may take (InPlaceInputs).
   std::vector<std::vector<size_t>> in_place_;
   bool may_take_inputs_ = false;

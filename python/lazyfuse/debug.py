@@ -82,7 +82,10 @@ def last_kernels() -> list[dict[str, object]]:
 
 
 def compile_cuda(
-    tensors: torch.Tensor | Sequence[torch.Tensor], arch: str = "sm_90", sms: int = 132
+    tensors: torch.Tensor | Sequence[torch.Tensor],
+    arch: str = "sm_90",
+    sms: int = 132,
+    block_limit: int = 0,
 ) -> list[dict[str, object]]:
     """Plans the pending graph of ``tensors`` and compiles its fused kernels
     for ``arch`` with NVRTC. Executes nothing and needs no GPU.
@@ -92,9 +95,10 @@ def compile_cuda(
     not compile), and ``grid`` and ``block``: the launch a GPU with ``sms``
     streaming multiprocessors would make (132: an H100 SXM). Compiled kernels
     go into the kernel cache, so this also warms it for a later run on that
-    architecture.
+    architecture. ``block_limit`` caps the threads per block (0: none); pass
+    ``emulation()["emulated_block"]`` to render the kernels the emulator runs.
     """
-    return list(_C._compile_cuda(_as_list(tensors), arch, sms))
+    return list(_C._compile_cuda(_as_list(tensors), arch, sms, block_limit))
 
 
 def nvrtc_info() -> dict[str, object]:

@@ -128,6 +128,44 @@ def test_multi_pass_rows_read_once_or_not(cols: int) -> None:
     assert any("lf_row[" in s for s in sources) == (cols * 4 <= 32 * 1024)
 
 
+@pytest.mark.parametrize("shape,dim", [((3, 9000), -1), ((5, 2, 4500), (1, 2)), ((2000, 6), 0)])
+def test_long_row_moments_in_one_read(shape: tuple[int, ...], dim: int | tuple[int, ...]) -> None:
+    # Rows too long for the row cache get var's and layer norm's statistics
+    # in one read (Welford). Rows with inf and NaN come out as eager's.
+    x = torch.randn(shape)
+    x.view(-1)[5] = float("nan")
+    x.view(-1)[-3] = float("inf")
+    check(lambda a: a.var(dim), x, atol=1e-5, rtol=1e-5, equal_nan=True)
+    check(lambda a: a.var(dim, correction=0) * 2, x, atol=1e-5, rtol=1e-5, equal_nan=True)
+    sources = [str(r["source"]) for r in lazyfuse.debug.last_kernels()]
+    assert any("lf_welford_add(" in s for s in sources)
+    if dim == -1:
+        check(lambda a: F.layer_norm(a, shape[-1:]) * 3, x, atol=1e-5, rtol=1e-5, equal_nan=True)
+        sources = [str(r["source"]) for r in lazyfuse.debug.last_kernels()]
+        assert any("lf_block_welford(" in s for s in sources)
+
+
+@pytest.mark.parametrize("offset", [0.0, 10.0, 1000.0])
+def test_long_row_moments_far_from_zero_are_as_accurate_as_eager(offset: float) -> None:
+    # A row's mean far from its spread: one-pass moments of the raw values
+    # were 10x less accurate than eager's at 1000 (the running mean rounds at
+    # the row's magnitude); shifted by the row's first element they are not.
+    torch.manual_seed(0)
+    x = torch.randn(3, 9000) * 0.1 + offset
+    exact_var = x.double().var(-1)
+    exact_norm = F.layer_norm(x.double(), (9000,))
+    lazy_x = x.to(lazyfuse.lazy_device())
+    var, norm = lazy_x.var(-1), F.layer_norm(lazy_x, (9000,))
+    lazyfuse.mark_step()
+    for got, eager, exact in (
+        (var, x.var(-1), exact_var),
+        (norm, F.layer_norm(x, (9000,)), exact_norm),
+    ):
+        eager_error = (eager.double() - exact).abs().max().item()
+        error = (got.cpu().double() - exact).abs().max().item()
+        assert error <= 2 * eager_error + 1e-9, (error, eager_error)
+
+
 @pytest.mark.parametrize("cols", [3, 100, 10000])
 def test_reduction_locals_do_not_shadow_host_scalars(cols: int) -> None:
     # Host scalars are kernel parameters s<k>; reduction locals once used the

@@ -111,6 +111,23 @@ def test_reductions_fill_the_gpu(shape: tuple[int, ...], arch: str, sms: int, la
         assert record["grid"] >= 2 * sms, (shape, record["name"], record["grid"])
 
 
+@pytest.mark.parametrize("block_limit,block", [(0, 512), (64, 64), (32, 32)])
+def test_row_loops_step_by_the_launch_block(block_limit: int, block: int, lazy) -> None:
+    # Block-per-row loops hold the block size as a constant (unrolled, a
+    # thread has several loads in flight), so the launch must use exactly it,
+    # and a target that allows fewer threads gets a kernel rendered for them.
+    x = torch.empty(6, 1 << 14, device=lazy)
+    for reduce in (lambda t: torch.softmax(t, -1), lambda t: t.var(-1), lambda t: t.sum()):
+        (record,) = lazyfuse.debug.compile_cuda(reduce(x), arch="sm_90", block_limit=block_limit)
+        source = str(record["source"])
+        assert record["block"] == block, (record["name"], record["block"])
+        assert (
+            f"LF_UNROLL for (int c = lf_begin + threadIdx.x; c < lf_end; c += {block})" in source
+            or (f"LF_UNROLL for (int c = threadIdx.x; c < 16384; c += {block})" in source)
+        ), source
+        assert "blockDim" not in source.split("extern")[-1], "a loop strides by blockDim"
+
+
 def test_bad_arch_is_a_clear_error(lazy: torch.device) -> None:
     x = torch.randn(4, device=lazy)
     with pytest.raises(RuntimeError, match="unknown CUDA architecture 'volta'"):

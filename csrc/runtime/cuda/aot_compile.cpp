@@ -24,7 +24,8 @@ std::vector<KernelCompileRecord> CompileFusedKernels(
     const Program& program,
     const std::vector<bool>& host_scalar_parameters,
     const std::string& arch,
-    int sms) {
+    int sms,
+    int block_limit) {
   const int sm = cuda::ParseArch(arch);
   std::string nvrtc;
   const bool have_nvrtc = NvrtcAvailable(&nvrtc);
@@ -36,6 +37,7 @@ std::vector<KernelCompileRecord> CompileFusedKernels(
       continue;
     }
     KernelSignature signature = PredictedSignature(program, group, host_scalar_parameters);
+    signature.block_limit = block_limit;
     for (size_t k = 0; k < group.inputs.size(); ++k) {
       const auto it = view_strides.find(group.inputs[k]);
       if (it != view_strides.end() && signature.inputs[k].kind == InputBinding::Kind::kTensor) {
@@ -49,6 +51,7 @@ std::vector<KernelCompileRecord> CompileFusedKernels(
     record.source = source.source;
     LaunchLimits limits;
     limits.processors = sms;
+    limits.block = block_limit;
     const LaunchConfig launch = ComputeLaunch(source, limits);
     record.grid = launch.grid;
     record.block = launch.block;

@@ -6,7 +6,7 @@ extern "C" __global__ void lf_reduction_mul_sum(const float* __restrict__ in0, f
     const int lf_begin = (lf_item % 32) * 2048;
     const int lf_end = lf_begin + 2048 < 65536 ? lf_begin + 2048 : 65536;
     float a0 = 0;
-    for (int c = lf_begin + threadIdx.x; c < lf_end; c += blockDim.x) {
+    LF_UNROLL for (int c = lf_begin + threadIdx.x; c < lf_end; c += 512) {
       const int p1 = row * 65536 + c;
       const float v2 = lf_ld(in0, p1);
       const float v3 = (float)(((float)v2) * ((float)v2));  // aten::mul.Tensor
@@ -19,7 +19,7 @@ extern "C" __global__ void lf_reduction_mul_sum(const float* __restrict__ in0, f
     __syncthreads();
     if (lf_last) {
       a0 = 0;
-      for (int k = threadIdx.x; k < 32; k += blockDim.x) {
+      for (int k = threadIdx.x; k < 32; k += 512) {
         a0 = a0 + lf_ld_published(lf_partials, row * 32 + k);
       }
       a0 = lf_block_reduce(a0, lf_sum_op(), lf_smem);

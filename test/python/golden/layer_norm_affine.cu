@@ -4,7 +4,7 @@ extern "C" __global__ void lf_reduction_nativelayernorm(const float* __restrict_
   for (int row = blockIdx.x; row < 4; row += gridDim.x) {
     const int x0 = (row);
     float a1 = 0;
-    for (int c = threadIdx.x; c < 64; c += blockDim.x) {
+    LF_UNROLL for (int c = threadIdx.x; c < 64; c += 64) {
       const int p2 = row * 64 + c;
       const float v3 = lf_ld(in0, p2);
       lf_row[c] = ((float)v3);
@@ -13,7 +13,7 @@ extern "C" __global__ void lf_reduction_nativelayernorm(const float* __restrict_
     a1 = lf_block_reduce(a1, lf_sum_op(), lf_smem);
     const float m4 = a1 / (float)64;
     float a5 = 0;
-    for (int c = threadIdx.x; c < 64; c += blockDim.x) {
+    LF_UNROLL for (int c = threadIdx.x; c < 64; c += 64) {
       const int p6 = row * 64 + c;
       a5 = a5 + (lf_row[c] - m4) * (lf_row[c] - m4);
     }
@@ -21,7 +21,7 @@ extern "C" __global__ void lf_reduction_nativelayernorm(const float* __restrict_
     const float rstd7 = lf_rsqrt(a5 / (float)64 + (float)(1.0000000000000001e-05));
     const float r8 = (float)(m4);
     const float r9 = (float)(rstd7);
-    for (int c = threadIdx.x; c < 64; c += blockDim.x) {
+    LF_UNROLL for (int c = threadIdx.x; c < 64; c += 64) {
       const int p10 = row * 64 + c;
       const int x11 = (p10) / 64;
       const int x12 = ((p10)) % 64;
