@@ -59,7 +59,18 @@ class Planner {
   explicit Planner(const Program& program)
       : program_(program),
         producer_(program.buffers.size(), -1),
-        row_level_(program.buffers.size(), false) {}
+        row_level_(program.buffers.size(), false),
+        readers_(program.buffers.size()),
+        is_result_(program.buffers.size(), false) {
+    for (size_t i = 0; i < program.steps.size(); ++i) {
+      for (BufferId id : program.steps[i].inputs) {
+        readers_[id].push_back(i);
+      }
+    }
+    for (BufferId id : program.results) {
+      is_result_[id] = true;
+    }
+  }
 
   FusionPlan Run() {
     for (size_t i = 0; i < program_.steps.size(); ++i) {
@@ -217,6 +228,13 @@ class Planner {
         return;
       }
     }
+    if (candidates.size() == 1 && ShrinksPrivateGroup(candidates[0], i)) {
+      // The group now computes only the view's elements, each producer value
+      // at the index the view reads (KernelWriter walks views backwards).
+      groups_[candidates[0]].domain = out;
+      Place(i, candidates[0]);
+      return;
+    }
     if (candidates.size() == 1 && CanJoin(candidates[0], step)) {
       SealProducersOf(step, candidates[0]);
       Join(candidates[0], i);
@@ -238,6 +256,33 @@ class Planner {
     }
     SealProducersOf(step, -1);
     Place(i, NewGroup(GroupKind::kPointwise, out));
+  }
+
+  // Whether step `i` is a select or slice of pointwise group `g`'s values that
+  // nothing else reads, so the group need not compute (or store) the rest.
+  bool ShrinksPrivateGroup(int g, size_t i) const {
+    const Step& step = program_.steps[i];
+    const auto view = ViewRuleFor(step, program_);
+    if (!view || (view->kind != ViewKind::kSlice && view->kind != ViewKind::kSelect) ||
+        groups_[g].kind != GroupKind::kPointwise ||
+        Numel(Shape(step.outputs[0])) >= Numel(groups_[g].domain)) {
+      return false;
+    }
+    for (size_t s : groups_[g].steps) {
+      for (BufferId id : program_.steps[s].outputs) {
+        if (is_result_[id]) {
+          return false;
+        }
+        for (size_t reader : readers_[id]) {
+          const auto& outputs = program_.steps[reader].outputs;
+          const bool inside = !outputs.empty() && producer_[outputs[0]] == g;
+          if (reader != i && !inside) {
+            return false;
+          }
+        }
+      }
+    }
+    return true;
   }
 
   // Horizontal fusion: an open pointwise group over the same shape that
@@ -357,6 +402,8 @@ class Planner {
   std::vector<bool> alive_;
   std::vector<int> producer_;
   std::vector<bool> row_level_;
+  std::vector<std::vector<size_t>> readers_;  // per buffer, the steps reading it
+  std::vector<bool> is_result_;
 };
 
 }  // namespace

@@ -114,6 +114,23 @@ def test_views_after_a_reduction(case: str) -> None:
     check(EPILOGUE_VIEWS[case], torch.randn(4, 5, 64), atol=1e-5, rtol=1e-5)
 
 
+SHRINKING_VIEWS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "slice": lambda a: F.gelu(a * 2)[:, :32] * 3,
+    "strided_slice": lambda a: a.exp()[:, 1:50:3] + 1,
+    "select": lambda a: torch.tanh(a + 1).select(1, 7),
+    "select_after_permute": lambda a: (a.sin() * a).view(4, 4, 64).permute(1, 0, 2)[2] - 1,
+    "slice_then_reduce": lambda a: (a * a)[2:, 5:].sum(-1),
+    "select_of_broadcast": lambda a: (a + a[0]).select(0, 3) * 2,
+}
+
+
+@pytest.mark.parametrize("case", sorted(SHRINKING_VIEWS))
+def test_shrinking_views_of_private_values(case: str) -> None:
+    # A select or slice of a value nothing else reads joins its producer's
+    # kernel, which then runs over the view's elements only.
+    check(SHRINKING_VIEWS[case], torch.randn(16, 64), atol=1e-5, rtol=1e-5)
+
+
 @pytest.mark.parametrize("cols", [40, 1000, 8192, 8200])
 def test_multi_pass_rows_read_once_or_not(cols: int) -> None:
     # Rows up to 32 KiB live in shared memory after the first pass; longer

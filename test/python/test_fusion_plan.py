@@ -204,3 +204,24 @@ def test_linear_gelu_is_one_aten_call_and_one_kernel(lazy: torch.device) -> None
         ("aten", ["aten::addmm"]),
         ("pointwise", ["aten::gelu", "aten::mul.Tensor", "aten::add.Tensor"]),
     ]
+
+
+def test_a_shrinking_view_of_a_private_value_computes_only_the_view(lazy: torch.device) -> None:
+    # gelu(x * 2) is read only through the slice, so its kernel runs over the
+    # slice's [16, 32], computing gelu at the elements the slice reads, and
+    # never writes the full [16, 64].
+    x = torch.randn(16, 64, device=lazy)
+    lazyfuse.mark_step()
+    y = F.gelu(x * 2)[:, :32] * 3
+    plan = lazyfuse.debug.fusion_plan([y])
+    assert "[pointwise [16,32]]: aten::mul.Tensor aten::gelu aten::slice_copy.Tensor" in plan, plan
+    assert parse_plan(plan) == [
+        (
+            "pointwise",
+            ["aten::mul.Tensor", "aten::gelu", "aten::slice_copy.Tensor", "aten::mul.Tensor"],
+        )
+    ]
+    # Kept as a result, the full value is computed and stored over its domain.
+    g = F.gelu(x * 2)
+    plan = lazyfuse.debug.fusion_plan([g[:, :32] * 3, g])
+    assert "[pointwise [16,64]]" in plan, plan
