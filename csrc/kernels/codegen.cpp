@@ -119,21 +119,6 @@ std::string WorkspaceParameters(KernelSource& out, const KernelDialect& dialect)
          " lf_partials, unsigned int* " + restrict_ + " lf_counters";
 }
 
-const char* VectorTypeFor(int bytes) {
-  switch (bytes) {
-    case 16:
-      return "lf_v16";
-    case 8:
-      return "lf_v8";
-    case 4:
-      return "unsigned int";
-    case 2:
-      return "unsigned short";
-    default:
-      return "unsigned char";
-  }
-}
-
 constexpr const char* kVectorTypes =
     "struct alignas(16) lf_v16 { unsigned int w[4]; };\n"
     "struct alignas(8) lf_v8 { unsigned int w[2]; };\n";
@@ -211,11 +196,6 @@ class PointwiseKernel {
     lane.Line("const " + idx + " ij = base + j;");
     StoreAll(lane, KernelIndex{group_.domain, "ij", {}});
     lane.Close();
-    auto union_of = [&](at::ScalarType dtype, const std::string& name) {
-      const int bytes = static_cast<int>(c10::elementSize(dtype)) * width;
-      return "    union { " + std::string(VectorTypeFor(bytes)) + " v; " + StorageTypeName(dtype) +
-             " e[" + std::to_string(width) + "]; } " + name + ";\n";
-    };
     std::string text = "  for (" + idx + " b = tid; b < n / " + std::to_string(width) +
                        "; b += stride) {\n    const " + idx + " base = b * " +
                        std::to_string(width) + ";\n";
@@ -223,12 +203,14 @@ class PointwiseKernel {
       const at::ScalarType dtype = program_.buffers[group_.inputs[k]].dtype;
       const std::string name = "vi" + std::to_string(k);
       const int bytes = static_cast<int>(c10::elementSize(dtype)) * width;
-      text += union_of(dtype, name);
+      text += "    " + VectorUnion(dtype, width, name);
       text += "    " + name + ".v = lf_vload<" + VectorTypeFor(bytes) + ">(in" + std::to_string(k) +
               " + base);\n";
     }
     for (size_t k : lane.vector_outputs()) {
-      text += union_of(program_.buffers[group_.outputs[k]].dtype, "vo" + std::to_string(k));
+      text +=
+          "    " +
+          VectorUnion(program_.buffers[group_.outputs[k]].dtype, width, "vo" + std::to_string(k));
     }
     text += "#pragma unroll\n" + lane.text();
     for (size_t k : lane.vector_outputs()) {

@@ -21,7 +21,9 @@
 
 #include "fusion/rules.h"
 #include "kernels/codegen.h"
+#include "kernels/row_outputs.h"
 #include "kernels/row_split.h"
+#include "kernels/row_vectors.h"
 #include "kernels/writer.h"
 
 namespace lazyfuse {
@@ -79,6 +81,9 @@ class ReductionKernel {
         w_, dialect, idx_, acc_, rows_, cols_, block_, combinable, std::min(512, block_limit_));
     row_cache_ =
         multi_pass && block_ && !split() && cols_ * (acc_ == "double" ? 8 : 4) <= kRowCacheBytes;
+    if (block_ && inner_ && !split()) {
+      vector_width_ = RowVectorWidth(program, group, signature, cols_);
+    }
     reduction_index_ = *group.reduction;
   }
 
@@ -87,6 +92,9 @@ class ReductionKernel {
     out_.work_items = rows_;
     out_.block_size = block_ ? BlockSize() : 128;
     block_threads_ = out_.block_size;
+    if (vector_width_ > 1) {
+      vector_.emplace(w_, group_, dialect_, idx_, cols_, vector_width_, block_threads_);
+    }
     if (split()) {
       split_->OpenLoop(out_);
     } else if (block_) {
@@ -126,7 +134,7 @@ class ReductionKernel {
 
   int BlockSize() const {
     int size = 32;
-    while (size < 512 && size * 2 <= cols_ && size * 2 <= block_limit_) {
+    while (size < 512 && size * 2 <= cols_ / vector_width_ && size * 2 <= block_limit_) {
       size *= 2;
     }
     return size;
@@ -166,6 +174,25 @@ class ReductionKernel {
     return "for (" + idx_ + " c = 0; c < " + std::to_string(cols_) + "; ++c)";
   }
 
+  RowInput Reader() {
+    return [this](KernelIndex index) { return Input(std::move(index)); };
+  }
+
+  // Opens the loop over the row's columns (in vectors when it can); the
+  // index of its element.
+  KernelIndex OpenColumns() {
+    vector_ ? vector_->Open() : w_.Open(ColumnLoop());
+    KernelIndex index = ElementIndex("c");
+    element_linear_ = index.linear;
+    if (vector_) {
+      w_.SetVectorLane(index.linear, RowVectorLoop::lane());
+    }
+    return index;
+  }
+  void CloseColumns() {
+    vector_ ? vector_->Close() : w_.Close();
+  }
+
   // The reduction input at `index`. Once the row cache holds the row, the
   // current element comes from shared memory, not global memory and the
   // prologue again; any other index (an epilogue view) is computed.
@@ -186,9 +213,7 @@ class ReductionKernel {
     if (update) {
       w_.Line(acc_ + " " + acc + " = " + init + ";");
     }
-    w_.Open(ColumnLoop());
-    KernelIndex index = ElementIndex("c");
-    element_linear_ = index.linear;
+    KernelIndex index = OpenColumns();
     if (update) {
       std::string x = Input(index);
       if (row_cache_ && !cache_filled_) {
@@ -201,7 +226,7 @@ class ReductionKernel {
     if (last_loop) {
       StoreElementOutputs(index);
     }
-    w_.Close();
+    CloseColumns();
     cache_filled_ = cache_filled_ || (row_cache_ && update);
     if (block_ && combine != nullptr) {
       w_.Line(acc + " = lf_block_reduce(" + acc + ", " + combine + "(), lf_smem);");
@@ -339,7 +364,7 @@ class ReductionKernel {
                 ")" + ConstantLiteral(at::scalar_tensor(rule_.eps, at::kDouble)) + ");");
         w_.BindRegister(step_.outputs[1], Result(1, mean));
         w_.BindRegister(step_.outputs[2], Result(2, rstd));
-        BindLayerNormOutput(mean, rstd);
+        BindLayerNormOutput(w_, step_, rule_, acc_, mean, rstd, Reader());
         ElementLoop();
         break;
       }
@@ -356,19 +381,8 @@ class ReductionKernel {
         } else {
           std::tie(top, total) = OnlineSoftmaxStats(neg_inf);
         }
-        const bool log = rule_.kind == ReductionKind::kLogSoftmax;
-        const at::ScalarType dtype = program_.buffers[step_.outputs[0]].dtype;
-        w_.BindCustom(step_.outputs[0],
-                      [this, top, total, log, dtype](KernelWriter& w, KernelIndex index) {
-                        const std::string x = Input(std::move(index));
-                        const std::string expr = log ? x + " - " + top + " - lf_log(" + total + ")"
-                                                     : "lf_exp(" + x + " - " + top + ") / " + total;
-                        const std::string type = RegisterTypeName(dtype);
-                        const std::string var = w.NewVar("v");
-                        w.Line("const " + type + " " + var + " = " +
-                               RoundToDtype(dtype, "(" + type + ")(" + expr + ")") + ";");
-                        return var;
-                      });
+        BindSoftmaxOutput(
+            w_, step_, rule_.kind == ReductionKind::kLogSoftmax, top, total, Reader());
         ElementLoop();
         break;
       }
@@ -395,15 +409,13 @@ class ReductionKernel {
     const std::string shifted = w_.NewVar("m");
     const std::string m2 = w_.NewVar("q");
     w_.Line(acc_ + " " + n + " = 0, " + shifted + " = 0, " + m2 + " = 0;");
-    w_.Open(ColumnLoop());
-    KernelIndex index = ElementIndex("c");
-    element_linear_ = index.linear;
+    KernelIndex index = OpenColumns();
     w_.Line("lf_welford_add(" + n + ", " + shifted + ", " + m2 + ", " + Input(index) + " - " + k +
             ");");
     if (last_loop) {
       StoreElementOutputs(index);
     }
-    w_.Close();
+    CloseColumns();
     if (block_) {
       w_.Line("lf_block_welford(" + n + ", " + shifted + ", " + m2 +
               ", lf_smem, lf_smem2, lf_smem3);");
@@ -421,45 +433,13 @@ class ReductionKernel {
     const std::string s = w_.NewVar("e");  // the sum of exponentials
     w_.Line(acc_ + " " + m + " = " + neg_inf + ";");
     w_.Line(acc_ + " " + s + " = 0;");
-    w_.Open(ColumnLoop());
-    KernelIndex index = ElementIndex("c");
-    element_linear_ = index.linear;
+    KernelIndex index = OpenColumns();
     w_.Line("lf_softmax_merge(" + m + ", " + s + ", " + Input(index) + ", (" + acc_ + ")1);");
-    w_.Close();
+    CloseColumns();
     if (block_) {
       w_.Line("lf_block_softmax_stats(" + m + ", " + s + ", lf_smem, lf_smem2);");
     }
     return {m, s};
-  }
-
-  void BindLayerNormOutput(const std::string& mean, const std::string& rstd) {
-    const at::ScalarType dtype = program_.buffers[step_.outputs[0]].dtype;
-    size_t next = 1;
-    const std::optional<BufferId> weight =
-        rule_.has_weight ? std::optional<BufferId>(step_.inputs[next++]) : std::nullopt;
-    const std::optional<BufferId> bias =
-        rule_.has_bias ? std::optional<BufferId>(step_.inputs[next++]) : std::nullopt;
-    w_.BindCustom(step_.outputs[0], [=](KernelWriter& w, KernelIndex index) {
-      std::string expr = "(" + Input(index) + " - " + mean + ") * " + rstd;
-      const auto& dims = w.Dims(index);
-      auto affine = [&](BufferId id) {
-        const auto& shape = program_.buffers[id].sizes;
-        KernelIndex at{shape, "", {}};
-        at.dims.assign(dims.end() - static_cast<std::ptrdiff_t>(shape.size()), dims.end());
-        return "(" + acc_ + ")" + w.Value(id, at);
-      };
-      if (weight) {
-        expr = "(" + expr + ") * " + affine(*weight);
-      }
-      if (bias) {
-        expr = "(" + expr + ") + " + affine(*bias);
-      }
-      const std::string type = RegisterTypeName(dtype);
-      const std::string var = w.NewVar("v");
-      w.Line("const " + type + " " + var + " = " +
-             RoundToDtype(dtype, "(" + type + ")(" + expr + ")") + ";");
-      return var;
-    });
   }
 
   const Program& program_;
@@ -478,7 +458,9 @@ class ReductionKernel {
   bool inner_ = false;
   bool block_ = false;
   int block_limit_ = 1024;
-  int block_threads_ = 0;       // a block-per-row kernel's, a constant in its loops
+  int block_threads_ = 0;  // a block-per-row kernel's, a constant in its loops
+  int vector_width_ = 1;
+  std::optional<RowVectorLoop> vector_;
   bool row_cache_ = false;      // the row is kept in shared memory lf_row
   bool cache_filled_ = false;   // a loop has filled lf_row
   std::string element_linear_;  // the current loop's element index

@@ -30,6 +30,11 @@ struct KernelIndex {
 int64_t ShapeNumel(const std::vector<int64_t>& shape);
 std::vector<int64_t> ContiguousStrides(const std::vector<int64_t>& shape);
 
+// The register type moving `bytes` at once (lf_v16, lf_v8, unsigned int...),
+// and a union viewing `width` elements of `dtype` as one, named `name`.
+const char* VectorTypeFor(int bytes);
+std::string VectorUnion(at::ScalarType dtype, int width, const std::string& name);
+
 // The literal C++ spelling of a 0-dim constant (1.5, 2LL, true, inf, nan).
 std::string ConstantLiteral(const at::Tensor& value);
 
@@ -64,6 +69,21 @@ class KernelWriter {
   }
   const std::set<size_t>& vector_outputs() const {
     return vector_outputs_;
+  }
+  void ClearVectorUse() {
+    vector_inputs_.clear();
+    vector_outputs_.clear();
+  }
+  // A position in the text, and lines put there later: the vector loads a
+  // loop needs are known only once its body is written.
+  size_t Mark() const {
+    return text_.size();
+  }
+  void InsertAt(size_t mark, const std::string& lines) {
+    text_.insert(mark, lines);
+  }
+  int indent() const {
+    return indent_;
   }
 
   std::string Linear(KernelIndex& index);

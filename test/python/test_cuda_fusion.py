@@ -183,6 +183,25 @@ def test_long_row_moments_far_from_zero_are_as_accurate_as_eager(offset: float) 
         assert error <= 2 * eager_error + 1e-9, (error, eager_error)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("offset", [0, 1])
+def test_row_vector_loads(dtype: torch.dtype, offset: int) -> None:
+    # Aligned rows are read 16 bytes at a time, and written so when an output
+    # has the row's shape; a row starting one element in is read by scalars.
+    base = torch.randn(6 * 1024 + offset).to(dtype)
+
+    def rows(a: torch.Tensor) -> torch.Tensor:
+        return a[offset:].view(6, 1024) if offset else a.view(6, 1024)
+
+    tol = {"atol": 1e-2, "rtol": 1e-2} if dtype != torch.float32 else {"atol": 1e-5, "rtol": 1e-5}
+    check(lambda a: torch.softmax(rows(a) * 2, -1), base, **tol)
+    check(lambda a: F.layer_norm(rows(a), (1024,)) + rows(a), base, **tol)
+    sum_tol = {**tol, "atol": 1e-3 if dtype == torch.float32 else 0.5}
+    check(lambda a: (rows(a) * rows(a)).sum(-1), base, **sum_tol)
+    (record,) = lazyfuse.debug.last_kernels()
+    assert ("lf_vload<lf_v16>" in str(record["source"])) == (offset == 0)
+
+
 @pytest.mark.parametrize("cols", [3, 100, 10000])
 def test_reduction_locals_do_not_shadow_host_scalars(cols: int) -> None:
     # Host scalars are kernel parameters s<k>; reduction locals once used the

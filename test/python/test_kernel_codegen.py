@@ -117,15 +117,32 @@ def test_row_loops_step_by_the_launch_block(block_limit: int, block: int, lazy) 
     # thread has several loads in flight), so the launch must use exactly it,
     # and a target that allows fewer threads gets a kernel rendered for them.
     x = torch.empty(6, 1 << 14, device=lazy)
+    loops = (
+        f"LF_UNROLL for (int c = lf_begin + threadIdx.x; c < lf_end; c += {block})",
+        f"LF_UNROLL for (int lf_cv = threadIdx.x; lf_cv < 4096; lf_cv += {block})",
+    )
     for reduce in (lambda t: torch.softmax(t, -1), lambda t: t.var(-1), lambda t: t.sum()):
         (record,) = lazyfuse.debug.compile_cuda(reduce(x), arch="sm_90", block_limit=block_limit)
         source = str(record["source"])
         assert record["block"] == block, (record["name"], record["block"])
-        assert (
-            f"LF_UNROLL for (int c = lf_begin + threadIdx.x; c < lf_end; c += {block})" in source
-            or (f"LF_UNROLL for (int c = threadIdx.x; c < 16384; c += {block})" in source)
-        ), source
+        assert any(loop in source for loop in loops), source
         assert "blockDim" not in source.split("extern")[-1], "a loop strides by blockDim"
+
+
+@pytest.mark.parametrize("dtype,width", [(torch.float32, 4), (torch.float16, 8)])
+def test_row_loops_load_16_bytes_when_rows_are_aligned(
+    dtype: torch.dtype, width: int, lazy
+) -> None:
+    # A row whose start is 16-byte aligned is read a vector at a time; a
+    # column count that leaves rows unaligned keeps scalar loads.
+    for cols, vector in ((1024, True), (1004 if width == 8 else 1002, False)):
+        x = torch.empty(8, cols, device=lazy, dtype=dtype)
+        for reduce in (lambda t: torch.softmax(t * 2, -1), lambda t: F.layer_norm(t, t.shape[-1:])):
+            (record,) = lazyfuse.debug.compile_cuda(reduce(x), arch="sm_90")
+            source = str(record["source"])
+            assert ("lf_vload<lf_v16>(in0 + lf_vbase)" in source) == vector, source
+            assert (f"for (int j = 0; j < {width}; ++j)" in source) == vector
+            assert record["compiled"], record["log"]
 
 
 def test_bad_arch_is_a_clear_error(lazy: torch.device) -> None:

@@ -4,23 +4,41 @@ extern "C" __global__ void lf_reduction_softmax(const float* __restrict__ in0, f
   for (int row = blockIdx.x; row < 8; row += gridDim.x) {
     const int x0 = (row);
     float a1 = -LF_INF;
-    LF_UNROLL for (int c = threadIdx.x; c < 256; c += 256) {
-      const int p2 = row * 256 + c;
-      const float v3 = lf_ld(in0, p2);
-      lf_row[c] = ((float)v3);
-      a1 = lf_maximum(a1, lf_row[c]);
+    LF_UNROLL for (int lf_cv = threadIdx.x; lf_cv < 64; lf_cv += 64) {
+      const int lf_vbase = row * 256 + lf_cv * 4;
+      union { lf_v16 v; float e[4]; } vi0;
+      vi0.v = lf_vload<lf_v16>(in0 + lf_vbase);
+      #pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int c = lf_cv * 4 + j;
+        const int p2 = row * 256 + c;
+        lf_row[c] = ((float)vi0.e[j]);
+        a1 = lf_maximum(a1, lf_row[c]);
+      }
     }
     a1 = lf_block_reduce(a1, lf_max_op(), lf_smem);
-    float a4 = 0;
-    LF_UNROLL for (int c = threadIdx.x; c < 256; c += 256) {
-      const int p5 = row * 256 + c;
-      a4 = a4 + lf_exp(lf_row[c] - a1);
+    float a3 = 0;
+    LF_UNROLL for (int lf_cv = threadIdx.x; lf_cv < 64; lf_cv += 64) {
+      const int lf_vbase = row * 256 + lf_cv * 4;
+      #pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int c = lf_cv * 4 + j;
+        const int p4 = row * 256 + c;
+        a3 = a3 + lf_exp(lf_row[c] - a1);
+      }
     }
-    a4 = lf_block_reduce(a4, lf_sum_op(), lf_smem);
-    LF_UNROLL for (int c = threadIdx.x; c < 256; c += 256) {
-      const int p6 = row * 256 + c;
-      const float v7 = (float)(lf_exp(lf_row[c] - a1) / a4);
-      lf_st(out0, p6, (float)(v7));
+    a3 = lf_block_reduce(a3, lf_sum_op(), lf_smem);
+    LF_UNROLL for (int lf_cv = threadIdx.x; lf_cv < 64; lf_cv += 64) {
+      const int lf_vbase = row * 256 + lf_cv * 4;
+      union { lf_v16 v; float e[4]; } vo0;
+      #pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int c = lf_cv * 4 + j;
+        const int p5 = row * 256 + c;
+        const float v6 = (float)(lf_exp(lf_row[c] - a1) / a3);
+        vo0.e[j] = (float)(v6);
+      }
+      lf_vstore(out0 + lf_vbase, vo0.v);
     }
   }
 }

@@ -1,0 +1,70 @@
+#include "kernels/row_outputs.h"
+
+#include <optional>
+#include <utility>
+
+namespace lazyfuse {
+namespace {
+
+// Rounds `expr` to the output's dtype in a new register.
+std::string Rounded(KernelWriter& w, at::ScalarType dtype, const std::string& expr) {
+  const std::string type = RegisterTypeName(dtype);
+  const std::string var = w.NewVar("v");
+  w.Line("const " + type + " " + var + " = " + RoundToDtype(dtype, "(" + type + ")(" + expr + ")") +
+         ";");
+  return var;
+}
+
+}  // namespace
+
+void BindSoftmaxOutput(KernelWriter& writer,
+                       const Step& step,
+                       bool log,
+                       const std::string& top,
+                       const std::string& total,
+                       RowInput input) {
+  const at::ScalarType dtype = writer.program().buffers[step.outputs[0]].dtype;
+  writer.BindCustom(step.outputs[0], [=](KernelWriter& w, KernelIndex index) {
+    const std::string x = input(std::move(index));
+    return Rounded(w,
+                   dtype,
+                   log ? x + " - " + top + " - lf_log(" + total + ")"
+                       : "lf_exp(" + x + " - " + top + ") / " + total);
+  });
+}
+
+void BindLayerNormOutput(KernelWriter& writer,
+                         const Step& step,
+                         const ReductionRule& rule,
+                         const std::string& acc,
+                         const std::string& mean,
+                         const std::string& rstd,
+                         RowInput input) {
+  const Program& program = writer.program();
+  const at::ScalarType dtype = program.buffers[step.outputs[0]].dtype;
+  size_t next = 1;
+  const std::optional<BufferId> weight =
+      rule.has_weight ? std::optional<BufferId>(step.inputs[next++]) : std::nullopt;
+  const std::optional<BufferId> bias =
+      rule.has_bias ? std::optional<BufferId>(step.inputs[next++]) : std::nullopt;
+  writer.BindCustom(step.outputs[0], [=, &program](KernelWriter& w, KernelIndex index) {
+    std::string expr = "(" + input(index) + " - " + mean + ") * " + rstd;
+    const auto& dims = w.Dims(index);
+    // Weight and bias have the normalized (trailing) dims.
+    auto affine = [&](BufferId id) {
+      const auto& shape = program.buffers[id].sizes;
+      KernelIndex at{shape, "", {}};
+      at.dims.assign(dims.end() - static_cast<std::ptrdiff_t>(shape.size()), dims.end());
+      return "(" + acc + ")" + w.Value(id, at);
+    };
+    if (weight) {
+      expr = "(" + expr + ") * " + affine(*weight);
+    }
+    if (bias) {
+      expr = "(" + expr + ") + " + affine(*bias);
+    }
+    return Rounded(w, dtype, expr);
+  });
+}
+
+}  // namespace lazyfuse

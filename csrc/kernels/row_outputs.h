@@ -1,0 +1,38 @@
+#pragma once
+
+// The per-element outputs of reductions that write their input's shape
+// (softmax, log_softmax, layer norm), rendered at any index from the row's
+// statistics: the element loop stores them, and epilogue views read them at
+// other indices.
+
+#include <functional>
+#include <string>
+
+#include "fusion/rules.h"
+#include "kernels/writer.h"
+
+namespace lazyfuse {
+
+// The reduction's input at an index, as the reduction kernel reads it (from
+// its row cache when it holds that element).
+using RowInput = std::function<std::string(KernelIndex)>;
+
+// exp(x - top) / total, or for log_softmax x - top - log(total).
+void BindSoftmaxOutput(KernelWriter& writer,
+                       const Step& step,
+                       bool log,
+                       const std::string& top,
+                       const std::string& total,
+                       RowInput input);
+
+// (x - mean) * rstd, times the weight and plus the bias when given; `acc` is
+// the accumulator's C type.
+void BindLayerNormOutput(KernelWriter& writer,
+                         const Step& step,
+                         const ReductionRule& rule,
+                         const std::string& acc,
+                         const std::string& mean,
+                         const std::string& rstd,
+                         RowInput input);
+
+}  // namespace lazyfuse
