@@ -270,16 +270,25 @@ class Planner {
     }
     for (size_t s : groups_[g].steps) {
       for (BufferId id : program_.steps[s].outputs) {
-        if (is_result_[id]) {
+        if (!Private(id, g, i)) {
           return false;
         }
-        for (size_t reader : readers_[id]) {
-          const auto& outputs = program_.steps[reader].outputs;
-          const bool inside = !outputs.empty() && producer_[outputs[0]] == g;
-          if (reader != i && !inside) {
-            return false;
-          }
-        }
+      }
+    }
+    return true;
+  }
+
+  // Whether only group `g`'s steps and step `i` read buffer `id`, and it is
+  // no result: it is never stored, so it need not fit the group's domain.
+  bool Private(BufferId id, int g, size_t i) const {
+    if (is_result_[id]) {
+      return false;
+    }
+    for (size_t reader : readers_[id]) {
+      const auto& outputs = program_.steps[reader].outputs;
+      const bool inside = !outputs.empty() && producer_[outputs[0]] == g;
+      if (reader != i && !inside) {
+        return false;
       }
     }
     return true;
@@ -315,7 +324,7 @@ class Planner {
       target = g;
       for (size_t s : groups_[g].steps) {
         for (BufferId id : program_.steps[s].outputs) {
-          target = FitsDomain(Shape(id), in) ? target : -1;
+          target = FitsDomain(Shape(id), in) || Private(id, g, i) ? target : -1;
         }
       }
     }

@@ -120,6 +120,8 @@ SHRINKING_VIEWS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "select": lambda a: torch.tanh(a + 1).select(1, 7),
     "select_after_permute": lambda a: (a.sin() * a).view(4, 4, 64).permute(1, 0, 2)[2] - 1,
     "slice_then_reduce": lambda a: (a * a)[2:, 5:].sum(-1),
+    "strided_slice_then_outer_sum": lambda a: (a.exp() - 1)[1::2, ::3].sum(0),
+    "select_then_softmax": lambda a: torch.softmax(a.view(4, 4, 64).sin()[:, 2], -1),
     "select_of_broadcast": lambda a: (a + a[0]).select(0, 3) * 2,
 }
 

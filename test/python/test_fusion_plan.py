@@ -225,3 +225,16 @@ def test_a_shrinking_view_of_a_private_value_computes_only_the_view(lazy: torch.
     g = F.gelu(x * 2)
     plan = lazyfuse.debug.fusion_plan([g[:, :32] * 3, g])
     assert "[pointwise [16,64]]" in plan, plan
+    # A reduction of the view takes the shrunk group over as its prologue.
+    plan = lazyfuse.debug.fusion_plan([(x * x)[2:, 5:].sum(-1)])
+    assert parse_plan(plan) == [
+        (
+            "reduction",
+            [
+                "aten::mul.Tensor",
+                "aten::slice_copy.Tensor",
+                "aten::slice_copy.Tensor",
+                "aten::sum.dim_IntList",
+            ],
+        )
+    ], plan
