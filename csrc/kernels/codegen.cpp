@@ -107,16 +107,24 @@ std::string Parameters(const Program& program,
   return joined;
 }
 
-// A split reduction's partials and per-row counters, after the outputs.
+// A split reduction's partials and per-row counters, after the outputs, and
+// the phase of a kernel launched more than once.
 std::string WorkspaceParameters(KernelSource& out, const KernelDialect& dialect) {
-  if (out.partials == 0) {
-    return "";
-  }
+  std::string params;
   const std::string restrict_ = dialect.restrict_qualifier;
-  out.parameter_types.push_back(out.partial_bytes == 8 ? "double*" : "float*");
-  out.parameter_types.push_back("unsigned int*");
-  return ", " + out.parameter_types[out.parameter_types.size() - 2] + " " + restrict_ +
-         " lf_partials, unsigned int* " + restrict_ + " lf_counters";
+  if (out.partials > 0) {
+    out.parameter_types.push_back(out.partial_bytes == 8 ? "double*" : "float*");
+    params += ", " + out.parameter_types.back() + " " + restrict_ + " lf_partials";
+  }
+  if (out.counters > 0) {
+    out.parameter_types.push_back("unsigned int*");
+    params += ", unsigned int* " + restrict_ + " lf_counters";
+  }
+  if (out.launches > 1) {
+    out.parameter_types.push_back("int");
+    params += ", int lf_phase";
+  }
+  return params;
 }
 
 constexpr const char* kVectorTypes =

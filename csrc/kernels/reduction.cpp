@@ -23,6 +23,7 @@
 #include "kernels/codegen.h"
 #include "kernels/row_outputs.h"
 #include "kernels/row_split.h"
+#include "kernels/row_statistics.h"
 #include "kernels/row_vectors.h"
 #include "kernels/writer.h"
 
@@ -77,8 +78,10 @@ class ReductionKernel {
                             rule_.kind == ReductionKind::kMean ||
                             rule_.kind == ReductionKind::kMax || rule_.kind == ReductionKind::kMin;
     block_limit_ = signature.block_limit > 0 ? signature.block_limit : 1024;
-    split_.emplace(
-        w_, dialect, idx_, acc_, rows_, cols_, block_, combinable, std::min(512, block_limit_));
+    const Splitting how = combinable   ? Splitting::kOneLaunch
+                          : multi_pass ? Splitting::kTwoLaunches
+                                       : Splitting::kNever;
+    split_.emplace(w_, dialect, idx_, acc_, rows_, cols_, block_, how, std::min(512, block_limit_));
     row_cache_ =
         multi_pass && block_ && !split() && cols_ * (acc_ == "double" ? 8 : 4) <= kRowCacheBytes;
     if (block_ && inner_ && !split()) {
@@ -96,16 +99,14 @@ class ReductionKernel {
       vector_.emplace(w_, group_, dialect_, idx_, cols_, vector_width_, block_threads_);
     }
     if (split()) {
-      split_->OpenLoop(out_);
+      DeclareStatistics();
+      split_->OpenLoop(out_, Welford() ? 3 : OnlineSoftmax() ? 2 : 1);
     } else if (block_) {
       w_.Line("__shared__ " + acc_ + " lf_smem[32];");
       if (row_cache_) {
         w_.Line("__shared__ " + acc_ + " lf_row[" + std::to_string(cols_) + "];");
-      } else if (OnlineSoftmax() || Welford()) {
-        w_.Line("__shared__ " + acc_ + " lf_smem2[32];");  // the second statistic
-        if (Welford()) {
-          w_.Line("__shared__ " + acc_ + " lf_smem3[32];");
-        }
+      } else {
+        DeclareStatistics();
       }
       w_.Open("for (" + idx_ + " row = " + dialect_.block_index + "; row < " +
               std::to_string(rows_) + "; row += " + dialect_.grid_size + ")");
@@ -282,7 +283,11 @@ class ReductionKernel {
                 step_.qualified_op(),
                 " has no per-row output");
     const std::vector<int64_t>& shape = program_.buffers[step_.outputs[row_output]].sizes;
-    w_.Open(block_ ? std::string("if (") + dialect_.thread_index + " == 0)" : "if (true)");
+    // Split in two launches, every block of the row has its results; the
+    // first chunk's writes them.
+    const std::string one_block = split_->two_launches() ? " && lf_chunk == 0" : "";
+    w_.Open(block_ ? std::string("if (") + dialect_.thread_index + " == 0" + one_block + ")"
+                   : "if (true)");
     for (size_t k = 0; k < group_.outputs.size(); ++k) {
       if (IsRowLevel(group_.outputs[k])) {
         w_.Store(k, KernelIndex{shape, "row", {}});
@@ -390,6 +395,12 @@ class ReductionKernel {
     StoreRowOutputs();
   }
 
+  void DeclareStatistics() {
+    if (block_ && (OnlineSoftmax() || Welford())) {
+      DeclareRowStatistics(w_, acc_, Welford() ? RowStatistics::kWelford : RowStatistics::kSoftmax);
+    }
+  }
+
   bool OnlineSoftmax() const {
     return !row_cache_ && cols_ >= kOnePassMinColumns &&
            (rule_.kind == ReductionKind::kSoftmax || rule_.kind == ReductionKind::kLogSoftmax);
@@ -409,6 +420,7 @@ class ReductionKernel {
     const std::string shifted = w_.NewVar("m");
     const std::string m2 = w_.NewVar("q");
     w_.Line(acc_ + " " + n + " = 0, " + shifted + " = 0, " + m2 + " = 0;");
+    split_->OpenFirstLaunch();
     KernelIndex index = OpenColumns();
     w_.Line("lf_welford_add(" + n + ", " + shifted + ", " + m2 + ", " + Input(index) + " - " + k +
             ");");
@@ -416,10 +428,7 @@ class ReductionKernel {
       StoreElementOutputs(index);
     }
     CloseColumns();
-    if (block_) {
-      w_.Line("lf_block_welford(" + n + ", " + shifted + ", " + m2 +
-              ", lf_smem, lf_smem2, lf_smem3);");
-    }
+    MergeRowStatistics(w_, *split_, block_, RowStatistics::kWelford, {n, shifted, m2});
     const std::string mean = w_.NewVar("m");
     w_.Line("const " + acc_ + " " + mean + " = " + k + " + " + shifted + ";");
     return {mean, m2};
@@ -433,12 +442,11 @@ class ReductionKernel {
     const std::string s = w_.NewVar("e");  // the sum of exponentials
     w_.Line(acc_ + " " + m + " = " + neg_inf + ";");
     w_.Line(acc_ + " " + s + " = 0;");
+    split_->OpenFirstLaunch();
     KernelIndex index = OpenColumns();
     w_.Line("lf_softmax_merge(" + m + ", " + s + ", " + Input(index) + ", (" + acc_ + ")1);");
     CloseColumns();
-    if (block_) {
-      w_.Line("lf_block_softmax_stats(" + m + ", " + s + ", lf_smem, lf_smem2);");
-    }
+    MergeRowStatistics(w_, *split_, block_, RowStatistics::kSoftmax, {m, s});
     return {m, s};
   }
 

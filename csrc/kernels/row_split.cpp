@@ -9,6 +9,9 @@ namespace {
 // SMs. A block's chunk is never shorter than kMinBlockChunk columns, a
 // thread's never shorter than kMinThreadChunk.
 constexpr int64_t kTargetBlocks = 1024;
+// Two launches read the row twice (no row cache) and launch twice, so they
+// aim lower: 2 blocks per SM on GPUs of up to 256 SMs.
+constexpr int64_t kTwoLaunchTargetBlocks = 512;
 constexpr int64_t kMinBlockChunk = 2048;
 constexpr int64_t kMinThreadChunk = 32;
 constexpr int kThreadBlockSize = 128;
@@ -22,7 +25,7 @@ RowSplit::RowSplit(KernelWriter& writer,
                    int64_t rows,
                    int64_t cols,
                    bool per_block,
-                   bool combinable,
+                   Splitting how,
                    int block_threads)
     : w_(writer),
       dialect_(dialect),
@@ -31,10 +34,12 @@ RowSplit::RowSplit(KernelWriter& writer,
       rows_(rows),
       cols_(cols),
       per_block_(per_block),
+      how_(per_block || how != Splitting::kTwoLaunches ? how : Splitting::kNever),
       block_threads_(block_threads) {
-  if (combinable && rows_ > 0) {
+  if (how_ != Splitting::kNever && rows_ > 0) {
     // Per thread, the target is as many threads as that many blocks hold.
-    const int64_t target = per_block_ ? kTargetBlocks : kTargetBlocks * kThreadBlockSize;
+    const int64_t blocks = how_ == Splitting::kTwoLaunches ? kTwoLaunchTargetBlocks : kTargetBlocks;
+    const int64_t target = per_block_ ? blocks : blocks * kThreadBlockSize;
     const int64_t wanted = (target + rows_ - 1) / rows_;
     const int64_t most = cols_ / (per_block_ ? kMinBlockChunk : kMinThreadChunk);
     chunks_ = std::max<int64_t>(1, std::min(wanted, most));
@@ -49,17 +54,24 @@ std::string RowSplit::PartialIndex(const std::string& chunk) const {
                     : chunk + " * " + std::to_string(rows_) + " + row";
 }
 
-void RowSplit::OpenLoop(KernelSource& out) {
+void RowSplit::OpenLoop(KernelSource& out, int stats) {
   const int64_t items = rows_ * chunks_;
   out.work_items = items;
-  out.partials = items;
   out.partial_bytes = acc_ == "double" ? 8 : 4;
-  out.counters = rows_;
+  if (how_ == Splitting::kTwoLaunches) {
+    out.partials = items * stats;
+    out.launches = 2;
+  } else {
+    out.partials = items;
+    out.counters = rows_;
+  }
   std::string chunk;
   if (per_block_) {
     out.block_size = block_threads_;
     w_.Line("__shared__ " + acc_ + " lf_smem[32];");
-    w_.Line("__shared__ bool lf_last;");
+    if (how_ == Splitting::kOneLaunch) {
+      w_.Line("__shared__ bool lf_last;");
+    }
     w_.Open("for (" + idx_ + " lf_item = " + dialect_.block_index + "; lf_item < " +
             std::to_string(items) + "; lf_item += " + dialect_.grid_size + ")");
     w_.Line("const " + idx_ + " row = lf_item / " + std::to_string(chunks_) + ";");
@@ -74,6 +86,10 @@ void RowSplit::OpenLoop(KernelSource& out) {
     chunk = "lf_item / " + std::to_string(rows_);
   }
   const std::string size = std::to_string(chunk_cols_);
+  if (how_ == Splitting::kTwoLaunches) {
+    w_.Line("const " + idx_ + " lf_chunk = " + chunk + ";");
+    chunk = "lf_chunk";
+  }
   w_.Line("const " + idx_ + " lf_begin = (" + chunk + ") * " + size + ";");
   w_.Line("const " + idx_ + " lf_end = lf_begin + " + size + " < " + std::to_string(cols_) +
           " ? lf_begin + " + size + " : " + std::to_string(cols_) + ";");
@@ -118,10 +134,55 @@ void RowSplit::Combine(const std::string& acc,
 }
 
 void RowSplit::CloseRow() {
+  if (two_launches()) {
+    return;
+  }
   w_.Close();  // if (lf_last)
   if (per_block_) {
     w_.Line(std::string(dialect_.barrier) + ";");  // lf_last is rewritten next chunk
   }
+}
+
+void RowSplit::OpenFirstLaunch() {
+  if (two_launches()) {
+    w_.Open("if (lf_phase == 0)");
+  }
+}
+
+// Partial j of chunk `chunk`: each statistic's partials are contiguous.
+std::string RowSplit::StatPartial(size_t j, const std::string& chunk) const {
+  const std::string base = j == 0 ? "" : std::to_string(j * rows_ * chunks_) + " + ";
+  return "lf_partials[" + base + chunk + "]";
+}
+
+void RowSplit::CloseFirstLaunch(const std::vector<std::string>& stats) {
+  if (!two_launches()) {
+    return;
+  }
+  w_.Open(std::string("if (") + dialect_.thread_index + " == 0)");
+  for (size_t j = 0; j < stats.size(); ++j) {
+    w_.Line(StatPartial(j, "lf_item") + " = " + stats[j] + ";");
+  }
+  w_.Close();
+  w_.Line("continue;");
+  w_.Close();
+}
+
+void RowSplit::MergePartials(const std::vector<std::string>& stats, const std::string& merge) {
+  if (!two_launches()) {
+    return;
+  }
+  w_.Open("for (" + idx_ + " k = " + dialect_.thread_index + "; k < " + std::to_string(chunks_) +
+          "; k += " + std::to_string(block_threads_) + ")");
+  std::string call = merge + "(";
+  for (const std::string& stat : stats) {
+    call += stat + ", ";
+  }
+  for (size_t j = 0; j < stats.size(); ++j) {
+    call += (j ? ", " : "") + StatPartial(j, PartialIndex("k"));
+  }
+  w_.Line(call + ");");
+  w_.Close();
 }
 
 }  // namespace lazyfuse

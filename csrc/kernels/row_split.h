@@ -1,15 +1,25 @@
 #pragma once
 
 // Splitting a reduction's rows into chunks, so few long rows still fill a
-// GPU (x.sum() is one row; a bias gradient is few long columns). Each block
-// (block-per-row kernels) or thread (thread-per-row kernels) reduces one
-// chunk of a row and publishes its partial with a counted atomic; whoever
-// completes a row combines the partials in chunk order, so results do not
-// depend on scheduling, and writes the row's results. One launch: the
-// workspace (partials and per-row counters) comes with it.
+// GPU (x.sum() is one row; a bias gradient is few long columns; softmax over
+// a few rows of logits).
+//
+// A row whose result is one accumulator (sum, mean, amax, amin) takes one
+// launch: each block (block-per-row kernels) or thread (thread-per-row
+// kernels) reduces one chunk of a row and publishes its partial with a
+// counted atomic; whoever completes a row combines the partials in chunk
+// order, so results do not depend on scheduling, and writes the row's
+// results. The workspace (partials and per-row counters) comes with it.
+//
+// A row whose elements all need its statistics (softmax, layer norm; var,
+// for uniformity) takes two launches of one kernel: the first publishes
+// each chunk's statistics, the second merges the row's partials in every
+// block of the row, in the same order, then writes that chunk's outputs.
+// Blocks never wait for each other, which a GPU does not promise to allow.
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "kernels/dialect.h"
 #include "kernels/signature.h"
@@ -17,13 +27,18 @@
 
 namespace lazyfuse {
 
+enum class Splitting {
+  kNever,
+  kOneLaunch,    // the row's result is one accumulator
+  kTwoLaunches,  // per block only: the row's elements need its statistics
+};
+
 class RowSplit {
  public:
   using Update = std::function<std::string(const std::string&, const std::string&)>;
 
   // `per_block`: a block reduces a chunk (else a thread does). `acc` is the
-  // accumulator's C type. Rows are split only when `combinable` (the row's
-  // result is one accumulator) and there are few of them.
+  // accumulator's C type. Rows are split only when there are few of them.
   RowSplit(KernelWriter& writer,
            const KernelDialect& dialect,
            std::string index_type,
@@ -31,15 +46,19 @@ class RowSplit {
            int64_t rows,
            int64_t cols,
            bool per_block,
-           bool combinable,
+           Splitting how,
            int block_threads);
 
   bool active() const {
     return chunks_ > 1;
   }
-  // Opens the loop over (row, chunk) items, defining `row`, `lf_begin` and
-  // `lf_end`, and records the launch and workspace in `out`.
-  void OpenLoop(KernelSource& out);
+  bool two_launches() const {
+    return active() && how_ == Splitting::kTwoLaunches;
+  }
+  // Opens the loop over (row, chunk) items, defining `row`, `lf_chunk`,
+  // `lf_begin` and `lf_end`, and records the launch and workspace in `out`:
+  // `stats` partials per item for two launches.
+  void OpenLoop(KernelSource& out, int stats = 1);
   // The loop over the current chunk's columns, as `c`.
   std::string ColumnLoop() const;
   // After the chunk's accumulation into `acc` (block-reduced already when
@@ -49,11 +68,20 @@ class RowSplit {
                const std::string& init,
                const Update& update,
                const char* combine);
-  // Closes `if (lf_last)`; the caller closes the item loop.
+  // Closes `if (lf_last)` (one launch); the caller closes the item loop.
   void CloseRow();
+
+  // Two launches (else these do nothing). The chunk's statistics are
+  // gathered inside Open/CloseFirstLaunch, which publishes `stats` and skips
+  // to the next item. What follows runs in the second launch: MergePartials
+  // merges the row's partials into `stats` with `merge(stats..., partials...)`.
+  void OpenFirstLaunch();
+  void CloseFirstLaunch(const std::vector<std::string>& stats);
+  void MergePartials(const std::vector<std::string>& stats, const std::string& merge);
 
  private:
   std::string PartialIndex(const std::string& chunk) const;
+  std::string StatPartial(size_t j, const std::string& chunk) const;
 
   KernelWriter& w_;
   const KernelDialect& dialect_;
@@ -62,6 +90,7 @@ class RowSplit {
   int64_t rows_;
   int64_t cols_;
   bool per_block_;
+  Splitting how_;
   int block_threads_;  // per block: the launch's, written into the loops
   int64_t chunks_ = 1;
   int64_t chunk_cols_ = 0;

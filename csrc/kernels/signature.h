@@ -55,11 +55,15 @@ struct KernelSource {
   int block_size = 256;
   bool index64 = false;
   // A split reduction's workspace, passed after the outputs: `partials`
-  // accumulators of `partial_bytes` each (uninitialised), then one unsigned
-  // int counter per row, zeroed before the launch.
+  // accumulators of `partial_bytes` each (uninitialised), then, when
+  // `counters` > 0, one unsigned int counter per row, zeroed before the launch.
   int64_t partials = 0;
   int partial_bytes = 4;
   int64_t counters = 0;
+  // More than one: the kernel takes a last `int lf_phase` parameter and is
+  // launched once per phase, 0 first, in order on one stream, so a phase
+  // reads what the ones before it wrote.
+  int launches = 1;
   // The C type of each kernel parameter, in order, for launchers that call
   // the kernel as a host function.
   std::vector<std::string> parameter_types;

@@ -194,6 +194,7 @@ PYBIND11_MODULE(_C, m) {
           entry["log"] = record.log;
           entry["grid"] = record.grid;
           entry["block"] = record.block;
+          entry["launches"] = record.launches;
           out.append(entry);
         }
         return out;

@@ -268,6 +268,8 @@ std::vector<at::Tensor> FusedKernel::Launch(const std::vector<at::Tensor>& input
   if (source.partials > 0) {
     workspace.push_back(target_->NewOutput({source.partials},
                                            source.partial_bytes == 8 ? at::kDouble : at::kFloat));
+  }
+  if (source.counters > 0) {
     workspace.push_back(target_->NewOutput({source.counters}, at::kInt).zero_());
   }
   for (const auto* written : {&outputs, &workspace}) {
@@ -277,17 +279,23 @@ std::vector<at::Tensor> FusedKernel::Launch(const std::vector<at::Tensor>& input
       slots.push_back(slot);
     }
   }
+  if (source.launches > 1) {
+    slots.push_back(ArgSlot{});  // lf_phase, set before each launch
+  }
   std::vector<void*> params;
   for (ArgSlot& slot : slots) {
     params.push_back(&slot);
   }
   const LaunchConfig config = ComputeLaunch(source, target_->limits());
-  {
+  for (int phase = 0; phase < source.launches; ++phase) {
+    if (source.launches > 1) {
+      slots.back().i32 = phase;  // the driver copies parameters at the call
+    }
     TORCH_LAZY_TIMED("LazyFuseTargetLaunch");
     target_->Launch(
         *variant.loaded, source, config, params.data(), LaunchTensors{inputs, outputs, workspace});
   }
-  TORCH_LAZY_COUNTER("LazyFuseKernelLaunches", 1);
+  TORCH_LAZY_COUNTER("LazyFuseKernelLaunches", source.launches);
   report_taken();
   return outputs;
 }

@@ -92,10 +92,10 @@ def compile_cuda(
 
     Returns one record per fused kernel: ``name``, ``ops``, ``source``,
     ``compiled`` (bool), ``target``, ``log`` (NVRTC's log, or why it could
-    not compile), and ``grid`` and ``block``: the launch a GPU with ``sms``
-    streaming multiprocessors would make (132: an H100 SXM). Compiled kernels
-    go into the kernel cache, so this also warms it for a later run on that
-    architecture. ``block_limit`` caps the threads per block (0: none); pass
+    not compile), and ``grid``, ``block`` and ``launches``: the launches a
+    GPU with ``sms`` streaming multiprocessors would make (132: an H100 SXM).
+    Compiled kernels go into the kernel cache, so this also warms it for a
+    later run on that architecture. ``block_limit`` caps the threads per block (0: none); pass
     ``emulation()["emulated_block"]`` to render the kernels the emulator runs.
     """
     return list(_C._compile_cuda(_as_list(tensors), arch, sms, block_limit))

@@ -153,6 +153,9 @@ class Builder:
     def build(self) -> Graph:
         rng = self.rng
         base = [rng.choice([1, 2, 3, 5, 8, 17, 33]) for _ in range(rng.randint(1, 3))]
+        if rng.random() < 0.08:
+            # Few long rows: reductions over them are split across blocks.
+            base = base[:1] + [rng.choice([4100, 6000, 9000])]
         for _ in range(rng.randint(1, 3)):
             shape = [d if rng.random() > 0.2 else 1 for d in base]
             shape = shape[rng.randint(0, len(shape) - 1) :] if rng.random() < 0.3 else shape

@@ -133,18 +133,20 @@ def test_shrinking_views_of_private_values(case: str) -> None:
     check(SHRINKING_VIEWS[case], torch.randn(16, 64), atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("cols", [40, 1000, 8192, 8200])
+@pytest.mark.parametrize("cols", [40, 1000, 4000, 8200])
 def test_multi_pass_rows_read_once_or_not(cols: int) -> None:
     # Rows up to 32 KiB live in shared memory after the first pass; longer
     # rows are read again. Either way the values match, including epilogue
     # views that read the result at another index than the one computed.
-    x = torch.randn(6, cols)
+    # (test_kernel_codegen checks the 32 KiB bound on rows too many to split.)
+    rows = 6
+    x = torch.randn(rows, cols)
     check(lambda a: torch.softmax(a * 0.5, -1), x, rtol=1e-5)
-    check(lambda a: torch.log_softmax(a, -1).view(6, 2, -1).transpose(1, 2) * 3, x, rtol=1e-5)
+    check(lambda a: torch.log_softmax(a, -1).view(rows, 2, -1).transpose(1, 2) * 3, x, rtol=1e-5)
     check(lambda a: a.var(-1) + a.exp().mean(-1), x, atol=1e-5, rtol=1e-5)
     check(lambda a: F.layer_norm(a.sin(), (cols,)) + 1, x, atol=1e-5, rtol=1e-5)
     sources = [str(r["source"]) for r in lazyfuse.debug.last_kernels()]
-    assert any("lf_row[" in s for s in sources) == (cols * 4 <= 32 * 1024)
+    assert any("lf_row[" in s for s in sources) == (cols * 4 <= 16 * 1024)
 
 
 @pytest.mark.parametrize("shape,dim", [((3, 9000), -1), ((5, 2, 4500), (1, 2)), ((2000, 6), 0)])
@@ -291,6 +293,68 @@ def test_split_reduction_keeps_prologue_outputs_and_nan() -> None:
     (record,) = lazyfuse.debug.last_kernels()
     assert "aten::amin" in record["ops"]
     assert "lf_publish(lf_partials" in str(record["source"])
+
+
+def masked_logits(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    # A chunk-sized run of -inf (a masked span), and one row wholly masked,
+    # whose softmax is NaN as eager's.
+    x = torch.randn(shape, dtype=dtype)
+    rows = x.view(-1, shape[-1])
+    rows[0, 100:3100] = float("-inf")
+    if rows.shape[0] > 1:
+        rows[-1] = float("-inf")
+    return x
+
+
+TWO_LAUNCH_ROWS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "softmax": lambda a: torch.softmax(a * 0.5, -1),
+    # The epilogue view reads the result at other columns than the chunk's.
+    "log_softmax_then_transpose": lambda a: (
+        torch.log_softmax(a, -1).view(*a.shape[:-1], 2, -1).transpose(-1, -2) * 3
+    ),
+    "layer_norm_affine": lambda a: (
+        F.layer_norm(
+            a.sin(),
+            a.shape[-1:],
+            torch.linspace(0.5, 2, a.shape[-1]).to(a),
+            torch.full(a.shape[-1:], 0.25).to(a),
+        )
+        + 1
+    ),
+    # A prologue value is a result too: written in the first launch.
+    "var_and_prologue": lambda a: torch.cat(
+        [(a.exp() * 0.1).var(-1).flatten(), a.exp()[..., -3:].flatten()]
+    ),
+}
+
+
+@pytest.mark.parametrize("shape", [(1, 1 << 15), (3, 9000), (5, 2, 4100)])
+@pytest.mark.parametrize("case", sorted(TWO_LAUNCH_ROWS))
+def test_few_long_rows_split_in_two_launches(case: str, shape: tuple[int, ...]) -> None:
+    # Softmax, layer norm and var rows too few to fill the GPU are split
+    # across blocks: the first launch publishes each chunk's statistics, the
+    # second merges the row's in every block and writes the chunk's outputs.
+    fn = TWO_LAUNCH_ROWS[case]
+    x = masked_logits(shape, torch.float32) if "softmax" in case else torch.randn(shape)
+    check(fn, x, atol=1e-5, rtol=1e-5, equal_nan=True)
+    assert any("lf_phase" in str(r["source"]) for r in lazyfuse.debug.last_kernels())
+
+
+def test_two_launch_row_counts_both_launches() -> None:
+    x = torch.randn(2, 10000).to(lazyfuse.lazy_device())
+    lazyfuse.mark_step()
+    before = launches()
+    torch.softmax(x, -1).cpu()
+    assert launches() - before == 2
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
+def test_two_launch_rows_in_other_dtypes(dtype: torch.dtype) -> None:
+    tol = {"atol": 1e-2, "rtol": 1e-2} if dtype != torch.float64 else {}
+    x = masked_logits((2, 10000), dtype)
+    check(lambda a: torch.softmax(a, -1), x, equal_nan=True, **tol)
+    check(lambda a: F.layer_norm(a.cos(), (10000,)), x, equal_nan=True, **tol)
+    assert any("lf_phase" in str(r["source"]) for r in lazyfuse.debug.last_kernels())
 
 
 @pytest.mark.skipif(not ON_CUDA, reason="2^31 elements: GPU-sized memory, too slow to emulate")

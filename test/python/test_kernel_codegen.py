@@ -97,7 +97,8 @@ def test_record_fields(lazy: torch.device) -> None:
 def test_reductions_fill_the_gpu(shape: tuple[int, ...], arch: str, sms: int, lazy) -> None:
     # A reduction of 2^24 elements launches at least two blocks per SM,
     # however its rows fall: full, few rows, over the innermost or the
-    # outermost dim.
+    # outermost dim. Rows whose elements need the row's statistics (softmax,
+    # layer norm) take two launches of that size.
     x = torch.empty(shape, device=lazy)
     reductions = (
         lambda t: t.sum(-1),
@@ -105,10 +106,38 @@ def test_reductions_fill_the_gpu(shape: tuple[int, ...], arch: str, sms: int, la
         lambda t: (t * 2).mean(-1),
         lambda t: t.sum(0),
         lambda t: t.amin(0),
+        lambda t: torch.softmax(t, -1),
+        lambda t: torch.log_softmax(t * 2, -1),
+        lambda t: F.layer_norm(t, t.shape[-1:]),
+        lambda t: t.var(-1),
     )
     for reduce in reductions:
         (record,) = lazyfuse.debug.compile_cuda(reduce(x), arch=arch, sms=sms)
         assert record["grid"] >= 2 * sms, (shape, record["name"], record["grid"])
+        # Only rows split across blocks need a second launch.
+        two = record["launches"] == 2
+        assert two == ("lf_phase" in str(record["source"])), record["name"]
+
+
+@pytest.mark.parametrize(
+    "rows,cols,cached,launches",
+    [(1024, 8192, True, 1), (1024, 8193, False, 1), (8, 8192, False, 2)],
+)
+def test_rows_up_to_32_kib_are_read_once(
+    rows: int, cols: int, cached: bool, launches: int, lazy
+) -> None:
+    # Many rows of up to 32 KiB stay in shared memory after the first pass.
+    # Few rows are split across blocks in two launches instead, which read
+    # the row twice but fill the GPU.
+    x = torch.empty(rows, cols, device=lazy)
+    for reduce in (
+        lambda t: torch.softmax(t, -1),
+        lambda t: t.var(-1),
+        lambda t: F.layer_norm(t, (cols,)),
+    ):
+        (record,) = lazyfuse.debug.compile_cuda(reduce(x), arch="sm_90")
+        assert ("lf_row[" in str(record["source"])) == cached, record["name"]
+        assert record["launches"] == launches, record["name"]
 
 
 @pytest.mark.parametrize("block_limit,block", [(0, 512), (64, 64), (32, 32)])

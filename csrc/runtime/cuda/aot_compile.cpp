@@ -55,6 +55,7 @@ std::vector<KernelCompileRecord> CompileFusedKernels(
     const LaunchConfig launch = ComputeLaunch(source, limits);
     record.grid = launch.grid;
     record.block = launch.block;
+    record.launches = source.launches;
     if (!have_nvrtc) {
       record.log = nvrtc;
       records.push_back(std::move(record));

@@ -21,6 +21,7 @@ struct KernelCompileRecord {
   // The launch a GPU with `sms` streaming multiprocessors would make.
   int64_t grid = 0;
   int64_t block = 0;
+  int launches = 1;  // of that grid: a few-row softmax or layer norm takes 2
 };
 
 // `host_scalar_parameters[k]` says whether parameter k is a 0-dim CPU value.
