@@ -78,9 +78,11 @@ class ReductionKernel {
                             rule_.kind == ReductionKind::kMean ||
                             rule_.kind == ReductionKind::kMax || rule_.kind == ReductionKind::kMin;
     block_limit_ = signature.block_limit > 0 ? signature.block_limit : 1024;
-    const Splitting how = combinable   ? Splitting::kOneLaunch
-                          : multi_pass ? Splitting::kTwoLaunches
-                                       : Splitting::kNever;
+    Splitting how = combinable ? Splitting::kOneLaunch : Splitting::kNever;
+    if (multi_pass) {
+      how =
+          rule_.kind == ReductionKind::kVar ? Splitting::kTwoLaunchesRow : Splitting::kTwoLaunches;
+    }
     split_.emplace(w_, dialect, idx_, acc_, rows_, cols_, block_, how, std::min(512, block_limit_));
     row_cache_ =
         multi_pass && block_ && !split() && cols_ * (acc_ == "double" ? 8 : 4) <= kRowCacheBytes;
@@ -283,11 +285,12 @@ class ReductionKernel {
                 step_.qualified_op(),
                 " has no per-row output");
     const std::vector<int64_t>& shape = program_.buffers[step_.outputs[row_output]].sizes;
-    // Split in two launches, every block of the row has its results; the
-    // first chunk's writes them.
-    const std::string one_block = split_->two_launches() ? " && lf_chunk == 0" : "";
-    w_.Open(block_ ? std::string("if (") + dialect_.thread_index + " == 0" + one_block + ")"
-                   : "if (true)");
+    // Split in two launches, the row's first chunk writes its results.
+    std::string writes = block_ ? std::string(dialect_.thread_index) + " == 0" : "";
+    if (split_->two_launches()) {
+      writes += (writes.empty() ? "" : " && ") + std::string("lf_chunk == 0");
+    }
+    w_.Open("if (" + (writes.empty() ? std::string("true") : writes) + ")");
     for (size_t k = 0; k < group_.outputs.size(); ++k) {
       if (IsRowLevel(group_.outputs[k])) {
         w_.Store(k, KernelIndex{shape, "row", {}});
@@ -401,12 +404,17 @@ class ReductionKernel {
     }
   }
 
+  // One-pass statistics: for uncached long rows, and for split rows, whose
+  // chunks merge nothing else.
+  bool OnePass() const {
+    return split_->two_launches() || (!row_cache_ && cols_ >= kOnePassMinColumns);
+  }
   bool OnlineSoftmax() const {
-    return !row_cache_ && cols_ >= kOnePassMinColumns &&
+    return OnePass() &&
            (rule_.kind == ReductionKind::kSoftmax || rule_.kind == ReductionKind::kLogSoftmax);
   }
   bool Welford() const {
-    return !row_cache_ && cols_ >= kOnePassMinColumns &&
+    return OnePass() &&
            (rule_.kind == ReductionKind::kVar || rule_.kind == ReductionKind::kLayerNorm);
   }
 

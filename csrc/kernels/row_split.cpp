@@ -10,8 +10,11 @@ namespace {
 // thread's never shorter than kMinThreadChunk.
 constexpr int64_t kTargetBlocks = 1024;
 // Two launches read the row twice (no row cache) and launch twice, so they
-// aim lower: 2 blocks per SM on GPUs of up to 256 SMs.
+// aim lower: 2 blocks per SM on GPUs of up to 256 SMs. Where every thread of
+// a row merges all its chunks' partials, chunks are fewer, so merging costs
+// less than reading the chunk.
 constexpr int64_t kTwoLaunchTargetBlocks = 512;
+constexpr int64_t kMostThreadChunksMerged = 64;
 constexpr int64_t kMinBlockChunk = 2048;
 constexpr int64_t kMinThreadChunk = 32;
 constexpr int kThreadBlockSize = 128;
@@ -34,14 +37,17 @@ RowSplit::RowSplit(KernelWriter& writer,
       rows_(rows),
       cols_(cols),
       per_block_(per_block),
-      how_(per_block || how != Splitting::kTwoLaunches ? how : Splitting::kNever),
+      how_(how),
       block_threads_(block_threads) {
   if (how_ != Splitting::kNever && rows_ > 0) {
     // Per thread, the target is as many threads as that many blocks hold.
-    const int64_t blocks = how_ == Splitting::kTwoLaunches ? kTwoLaunchTargetBlocks : kTargetBlocks;
+    const int64_t blocks = how_ == Splitting::kOneLaunch ? kTargetBlocks : kTwoLaunchTargetBlocks;
     const int64_t target = per_block_ ? blocks : blocks * kThreadBlockSize;
     const int64_t wanted = (target + rows_ - 1) / rows_;
-    const int64_t most = cols_ / (per_block_ ? kMinBlockChunk : kMinThreadChunk);
+    int64_t most = cols_ / (per_block_ ? kMinBlockChunk : kMinThreadChunk);
+    if (!per_block_ && how_ == Splitting::kTwoLaunches) {
+      most = std::min(most, kMostThreadChunksMerged);
+    }
     chunks_ = std::max<int64_t>(1, std::min(wanted, most));
   }
   chunk_cols_ = (cols_ + chunks_ - 1) / chunks_;
@@ -58,7 +64,7 @@ void RowSplit::OpenLoop(KernelSource& out, int stats) {
   const int64_t items = rows_ * chunks_;
   out.work_items = items;
   out.partial_bytes = acc_ == "double" ? 8 : 4;
-  if (how_ == Splitting::kTwoLaunches) {
+  if (how_ != Splitting::kOneLaunch) {
     out.partials = items * stats;
     out.launches = 2;
   } else {
@@ -86,7 +92,7 @@ void RowSplit::OpenLoop(KernelSource& out, int stats) {
     chunk = "lf_item / " + std::to_string(rows_);
   }
   const std::string size = std::to_string(chunk_cols_);
-  if (how_ == Splitting::kTwoLaunches) {
+  if (two_launches()) {
     w_.Line("const " + idx_ + " lf_chunk = " + chunk + ";");
     chunk = "lf_chunk";
   }
@@ -159,21 +165,30 @@ void RowSplit::CloseFirstLaunch(const std::vector<std::string>& stats) {
   if (!two_launches()) {
     return;
   }
-  w_.Open(std::string("if (") + dialect_.thread_index + " == 0)");
+  w_.Open(per_block_ ? std::string("if (") + dialect_.thread_index + " == 0)" : "if (true)");
   for (size_t j = 0; j < stats.size(); ++j) {
-    w_.Line(StatPartial(j, "lf_item") + " = " + stats[j] + ";");
+    w_.Line(StatPartial(j, PartialIndex("lf_chunk")) + " = " + stats[j] + ";");
   }
   w_.Close();
   w_.Line("continue;");
   w_.Close();
+  if (how_ == Splitting::kTwoLaunchesRow) {
+    w_.Open("if (lf_chunk != 0)");
+    w_.Line("continue;");
+    w_.Close();
+  }
 }
 
 void RowSplit::MergePartials(const std::vector<std::string>& stats, const std::string& merge) {
   if (!two_launches()) {
     return;
   }
-  w_.Open("for (" + idx_ + " k = " + dialect_.thread_index + "; k < " + std::to_string(chunks_) +
-          "; k += " + std::to_string(block_threads_) + ")");
+  if (per_block_) {
+    w_.Open("for (" + idx_ + " k = " + dialect_.thread_index + "; k < " + std::to_string(chunks_) +
+            "; k += " + std::to_string(block_threads_) + ")");
+  } else {
+    w_.Open("for (" + idx_ + " k = 0; k < " + std::to_string(chunks_) + "; ++k)");
+  }
   std::string call = merge + "(";
   for (const std::string& stat : stats) {
     call += stat + ", ";

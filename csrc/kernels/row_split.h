@@ -11,11 +11,12 @@
 // order, so results do not depend on scheduling, and writes the row's
 // results. The workspace (partials and per-row counters) comes with it.
 //
-// A row whose elements all need its statistics (softmax, layer norm; var,
-// for uniformity) takes two launches of one kernel: the first publishes
-// each chunk's statistics, the second merges the row's partials in every
-// block of the row, in the same order, then writes that chunk's outputs.
-// Blocks never wait for each other, which a GPU does not promise to allow.
+// A row whose elements all need its statistics (softmax, layer norm) takes
+// two launches of one kernel: the first publishes each chunk's statistics,
+// the second merges the row's partials in every block (or thread) of the
+// row, in the same order, then writes that chunk's outputs. Blocks never
+// wait for each other, which a GPU does not promise to allow. Var's row
+// result is written by the row's first chunk alone, so only it merges.
 
 #include <functional>
 #include <string>
@@ -29,8 +30,9 @@ namespace lazyfuse {
 
 enum class Splitting {
   kNever,
-  kOneLaunch,    // the row's result is one accumulator
-  kTwoLaunches,  // per block only: the row's elements need its statistics
+  kOneLaunch,       // the row's result is one accumulator
+  kTwoLaunches,     // every element's output needs the row's statistics
+  kTwoLaunchesRow,  // only the row's results do (var): its first chunk merges
 };
 
 class RowSplit {
@@ -53,7 +55,7 @@ class RowSplit {
     return chunks_ > 1;
   }
   bool two_launches() const {
-    return active() && how_ == Splitting::kTwoLaunches;
+    return active() && (how_ == Splitting::kTwoLaunches || how_ == Splitting::kTwoLaunchesRow);
   }
   // Opens the loop over (row, chunk) items, defining `row`, `lf_chunk`,
   // `lf_begin` and `lf_end`, and records the launch and workspace in `out`:

@@ -26,7 +26,9 @@ void MergeRowStatistics(KernelWriter& writer,
   if (split.two_launches()) {
     split.CloseFirstLaunch(stats);
     split.MergePartials(stats, welford ? "lf_welford_merge" : "lf_softmax_merge");
-    writer.Line(block_merge);
+    if (per_block) {
+      writer.Line(block_merge);
+    }
   }
 }
 

@@ -348,6 +348,25 @@ def test_two_launch_row_counts_both_launches() -> None:
     assert launches() - before == 2
 
 
+OUTER_TWO_LAUNCH: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "var_dim0": lambda a: a.var(0),
+    "var_batch_norm_dims": lambda a: a.view(4, 3, 25, -1).var((0, 2, 3), correction=0) + 1,
+    "softmax_dim0": lambda a: torch.softmax(a * 2, 0),
+    "log_softmax_dim0_with_prologue": lambda a: torch.log_softmax(a.exp() - 1, 0)[::2] * 3,
+}
+
+
+@pytest.mark.parametrize("case", sorted(OUTER_TWO_LAUNCH))
+def test_few_outer_rows_split_in_two_launches(case: str) -> None:
+    # Reduced dims that are not innermost get a thread per row; few such rows
+    # (a batch norm's channels) are split across threads in two launches.
+    x = torch.randn(3000, 4)
+    x[7, 1] = float("nan")
+    x[11, 2] = float("inf")
+    check(OUTER_TWO_LAUNCH[case], x, atol=1e-5, rtol=1e-5, equal_nan=True)
+    assert any("lf_phase" in str(r["source"]) for r in lazyfuse.debug.last_kernels())
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
 def test_two_launch_rows_in_other_dtypes(dtype: torch.dtype) -> None:
     tol = {"atol": 1e-2, "rtol": 1e-2} if dtype != torch.float64 else {}

@@ -110,6 +110,7 @@ def test_reductions_fill_the_gpu(shape: tuple[int, ...], arch: str, sms: int, la
         lambda t: torch.log_softmax(t * 2, -1),
         lambda t: F.layer_norm(t, t.shape[-1:]),
         lambda t: t.var(-1),
+        lambda t: t.var(0),
     )
     for reduce in reductions:
         (record,) = lazyfuse.debug.compile_cuda(reduce(x), arch=arch, sms=sms)
