@@ -10,6 +10,7 @@
 
 #include "fusion/in_place.h"
 #include "fusion/rules.h"
+#include "kernels/vector_registers.h"
 #include "kernels/writer.h"
 
 namespace lazyfuse {
@@ -207,26 +208,9 @@ class PointwiseKernel {
     std::string text = "  for (" + idx + " b = tid; b < n / " + std::to_string(width) +
                        "; b += stride) {\n    const " + idx + " base = b * " +
                        std::to_string(width) + ";\n";
-    for (size_t k : lane.vector_inputs()) {
-      const at::ScalarType dtype = program_.buffers[group_.inputs[k]].dtype;
-      const std::string name = "vi" + std::to_string(k);
-      const int bytes = static_cast<int>(c10::elementSize(dtype)) * width;
-      text += "    " + VectorUnion(dtype, width, name);
-      text += "    " + name + ".v = lf_vload<" + VectorTypeFor(bytes) + ">(in" + std::to_string(k) +
-              " + base);\n";
-    }
-    for (size_t k : lane.vector_outputs()) {
-      text +=
-          "    " +
-          VectorUnion(program_.buffers[group_.outputs[k]].dtype, width, "vo" + std::to_string(k));
-    }
+    text += VectorLoads(lane, group_, width, "base", "    ");
     text += "#pragma unroll\n" + lane.text();
-    for (size_t k : lane.vector_outputs()) {
-      const at::ScalarType dtype = program_.buffers[group_.outputs[k]].dtype;
-      const int bytes = static_cast<int>(c10::elementSize(dtype)) * width;
-      text +=
-          "    lf_vstore(out" + std::to_string(k) + " + base, vo" + std::to_string(k) + ".v);\n";
-    }
+    text += VectorStores(lane, "base", "    ");
     return text + "  }\n";
   }
 

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "kernels/vector_registers.h"
+
 namespace lazyfuse {
 
 int RowVectorWidth(const Program& program,
@@ -58,26 +60,9 @@ void RowVectorLoop::Open() {
 
 void RowVectorLoop::Close() {
   w_.Close();
-  const Program& program = w_.program();
-  for (size_t k : w_.vector_outputs()) {
-    w_.Line("lf_vstore(out" + std::to_string(k) + " + lf_vbase, vo" + std::to_string(k) + ".v);");
-  }
   const std::string indent(static_cast<size_t>(w_.indent()) * 2, ' ');
-  std::string loads;
-  for (size_t k : w_.vector_inputs()) {
-    const at::ScalarType dtype = program.buffers[group_.inputs[k]].dtype;
-    const int bytes = static_cast<int>(c10::elementSize(dtype)) * width_;
-    const std::string name = "vi" + std::to_string(k);
-    loads += indent + VectorUnion(dtype, width_, name);
-    loads += indent + name + ".v = lf_vload<" + VectorTypeFor(bytes) + ">(in" + std::to_string(k) +
-             " + lf_vbase);\n";
-  }
-  for (size_t k : w_.vector_outputs()) {
-    loads +=
-        indent +
-        VectorUnion(program.buffers[group_.outputs[k]].dtype, width_, "vo" + std::to_string(k));
-  }
-  w_.InsertAt(loads_at_, loads);
+  w_.InsertAt(w_.Mark(), VectorStores(w_, "lf_vbase", indent));
+  w_.InsertAt(loads_at_, VectorLoads(w_, group_, width_, "lf_vbase", indent));
   w_.SetVectorLane("", "");
   w_.Close();
 }

@@ -443,27 +443,6 @@ void KernelWriter::Store(size_t output_slot, const KernelIndex& domain_index) {
   Line(guard.empty() ? store : "if (" + guard + ") " + store);
 }
 
-const char* VectorTypeFor(int bytes) {
-  switch (bytes) {
-    case 16:
-      return "lf_v16";
-    case 8:
-      return "lf_v8";
-    case 4:
-      return "unsigned int";
-    case 2:
-      return "unsigned short";
-    default:
-      return "unsigned char";
-  }
-}
-
-std::string VectorUnion(at::ScalarType dtype, int width, const std::string& name) {
-  const int bytes = static_cast<int>(c10::elementSize(dtype)) * width;
-  return "union { " + std::string(VectorTypeFor(bytes)) + " v; " + StorageTypeName(dtype) + " e[" +
-         std::to_string(width) + "]; } " + name + ";\n";
-}
-
 std::string ConstantLiteral(const at::Tensor& value) {
   const at::Scalar scalar = value.item();
   if (value.scalar_type() == at::kBool) {

@@ -30,11 +30,6 @@ struct KernelIndex {
 int64_t ShapeNumel(const std::vector<int64_t>& shape);
 std::vector<int64_t> ContiguousStrides(const std::vector<int64_t>& shape);
 
-// The register type moving `bytes` at once (lf_v16, lf_v8, unsigned int...),
-// and a union viewing `width` elements of `dtype` as one, named `name`.
-const char* VectorTypeFor(int bytes);
-std::string VectorUnion(at::ScalarType dtype, int width, const std::string& name);
-
 // The literal C++ spelling of a 0-dim constant (1.5, 2LL, true, inf, nan).
 std::string ConstantLiteral(const at::Tensor& value);
 
