@@ -7,6 +7,7 @@
 #include <numeric>
 #include <sstream>
 
+#include "fusion/in_place.h"
 #include "fusion/rules.h"
 
 namespace lazyfuse {
@@ -477,7 +478,13 @@ std::string FusionPlan::ToString(const Program& program) const {
 
 FusionPlan PlanFusion(const Program& program) {
   TORCH_LAZY_TIMED("LazyFusePlanning");
-  return Planner(program).Run();
+  FusionPlan plan = Planner(program).Run();
+  for (FusionGroup& group : plan.groups) {
+    if (LaunchesKernel(group.kind)) {
+      group.in_place = InPlaceInputs(program, group);
+    }
+  }
+  return plan;
 }
 
 }  // namespace lazyfuse

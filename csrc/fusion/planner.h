@@ -39,6 +39,9 @@ struct FusionGroup {
   std::vector<int64_t> domain;
   // kReduction: the reduction step.
   std::optional<size_t> reduction;
+  // Groups that launch a kernel, per output: the indices in `inputs` of the
+  // inputs whose memory it may take (InPlaceInputs, fusion/in_place.h).
+  std::vector<std::vector<size_t>> in_place;
 };
 
 struct FusionPlan {

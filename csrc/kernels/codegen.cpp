@@ -8,7 +8,6 @@
 #include <limits>
 #include <set>
 
-#include "fusion/in_place.h"
 #include "fusion/rules.h"
 #include "kernels/vector_registers.h"
 #include "kernels/writer.h"
@@ -71,9 +70,8 @@ std::string Parameters(const Program& program,
   // An output that may be written over an input's memory (buffer donation)
   // aliases it, so neither pointer may be declared restrict: that would also
   // allow reads through the incoherent read-only cache after the write.
-  const std::vector<std::vector<size_t>> in_place = InPlaceInputs(program, group);
   std::vector<bool> may_alias(group.inputs.size(), false);
-  for (const auto& inputs : in_place) {
+  for (const auto& inputs : group.in_place) {
     for (size_t k : inputs) {
       may_alias[k] = true;
     }
@@ -99,7 +97,9 @@ std::string Parameters(const Program& program,
   for (size_t k = 0; k < group.outputs.size(); ++k) {
     const at::ScalarType dtype = program.buffers[group.outputs[k]].dtype;
     types.push_back(std::string(StorageTypeName(dtype)) + "*");
-    params.push_back(types.back() + restrict_(!in_place[k].empty()) + "out" + std::to_string(k));
+    params.push_back(types.back() +
+                     restrict_(k < group.in_place.size() && !group.in_place[k].empty()) + "out" +
+                     std::to_string(k));
   }
   std::string joined;
   for (size_t i = 0; i < params.size(); ++i) {

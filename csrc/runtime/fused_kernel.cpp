@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <atomic>
 
-#include "fusion/in_place.h"
 #include "kernels/writer.h"
 #include "runtime/view_group.h"
 
@@ -119,10 +118,12 @@ FusedKernel::FusedKernel(std::shared_ptr<const Program> program,
       target_(std::move(target)),
       strict_(strict),
       device_type_(target_->device().type()),
-      block_limit_(target_->limits().block),
-      in_place_(InPlaceInputs(*program_, group_)) {
-  may_take_inputs_ = std::any_of(
-      in_place_.begin(), in_place_.end(), [](const auto& inputs) { return !inputs.empty(); });
+      block_limit_(target_->limits().block) {
+  TORCH_CHECK(group_.in_place.size() == group_.outputs.size(),
+              "lazyfuse: a fused group reached the runtime without its in-place plan");
+  may_take_inputs_ = std::any_of(group_.in_place.begin(),
+                                 group_.in_place.end(),
+                                 [](const auto& inputs) { return !inputs.empty(); });
   for (BufferId id : group_.inputs) {
     constant_input_.push_back(std::any_of(program_->constants.begin(),
                                           program_->constants.end(),
@@ -220,7 +221,7 @@ std::vector<at::Tensor> FusedKernel::Launch(const std::vector<at::Tensor>& input
   std::vector<at::Tensor> outputs;
   std::vector<size_t> taken;
   for (size_t j = 0; j < group_.outputs.size(); ++j) {
-    const auto& candidates = in_place_[j];
+    const auto& candidates = group_.in_place[j];
     const auto free = std::find_if(candidates.begin(), candidates.end(), [&](size_t k) {
       return std::find(taken.begin(), taken.end(), k) == taken.end() &&
              CanTake(variant.signature, inputs, may_overwrite, k);

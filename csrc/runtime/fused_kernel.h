@@ -78,8 +78,6 @@ class FusedKernel {
   std::vector<bool> constant_input_;
   c10::DeviceType device_type_;
   int block_limit_;  // the target's most threads per block (KernelSignature)
-  // Per output: the inputs whose memory it may take (InPlaceInputs).
-  std::vector<std::vector<size_t>> in_place_;
   bool may_take_inputs_ = false;
   mutable std::mutex mutex_;
   // Never shrinks, so a Variant's address is stable for last_variant_.
