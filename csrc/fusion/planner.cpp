@@ -4,8 +4,6 @@
 #include <torch/csrc/lazy/core/metrics.h>
 
 #include <algorithm>
-#include <numeric>
-#include <sstream>
 
 #include "fusion/in_place.h"
 #include "fusion/rules.h"
@@ -31,10 +29,6 @@ Role RoleOf(const Step& step, const Program& program) {
   return Role::kOpaque;
 }
 
-int64_t Numel(const std::vector<int64_t>& shape) {
-  return std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
-}
-
 // Right-aligned broadcast: every dim of `from` equals the matching dim of `to` or is 1.
 bool BroadcastsTo(const std::vector<int64_t>& from, const std::vector<int64_t>& to) {
   if (from.size() > to.size()) {
@@ -52,7 +46,7 @@ bool BroadcastsTo(const std::vector<int64_t>& from, const std::vector<int64_t>& 
 // A buffer of `shape` can live in a kernel over `domain` when it has the
 // domain's element count (stored at the linear index) or broadcasts to it.
 bool FitsDomain(const std::vector<int64_t>& shape, const std::vector<int64_t>& domain) {
-  return Numel(shape) == Numel(domain) || BroadcastsTo(shape, domain);
+  return ShapeNumel(shape) == ShapeNumel(domain) || BroadcastsTo(shape, domain);
 }
 
 class Planner {
@@ -157,7 +151,7 @@ class Planner {
         return false;
       }
       const std::vector<int64_t> epilogue = EpilogueDomain(g);
-      if (Numel(out) > Numel(epilogue) || !FitsDomain(out, epilogue)) {
+      if (ShapeNumel(out) > ShapeNumel(epilogue) || !FitsDomain(out, epilogue)) {
         return false;
       }
       const bool row_epilogue = epilogue != group.domain;
@@ -168,7 +162,7 @@ class Planner {
       }
       return true;
     }
-    if (Numel(out) <= Numel(group.domain)) {
+    if (ShapeNumel(out) <= ShapeNumel(group.domain)) {
       return FitsDomain(out, group.domain);
     }
     // Growing the domain: everything already in the group must fit the new one.
@@ -186,7 +180,7 @@ class Planner {
     const Step& step = program_.steps[i];
     FusionGroup& group = groups_[g];
     const std::vector<int64_t>& out = Shape(step.outputs[0]);
-    if (group.kind == GroupKind::kPointwise && Numel(out) > Numel(group.domain)) {
+    if (group.kind == GroupKind::kPointwise && ShapeNumel(out) > ShapeNumel(group.domain)) {
       group.domain = out;
     }
     if (group.kind == GroupKind::kReduction && EpilogueDomain(g) != group.domain) {
@@ -205,11 +199,63 @@ class Planner {
     }
     target.steps.insert(target.steps.end(), source.steps.begin(), source.steps.end());
     std::sort(target.steps.begin(), target.steps.end());
-    if (Numel(source.domain) > Numel(target.domain)) {
+    if (ShapeNumel(source.domain) > ShapeNumel(target.domain)) {
       target.domain = source.domain;
     }
     source.steps.clear();
     alive_[from] = false;
+  }
+
+  // A step reading a reduction's results and values of pointwise groups that
+  // all run after the reduction, over its epilogue's shape (a bias's
+  // momentum buffer scaled, then added to its gradient's sum): those groups
+  // join the epilogue, so the step joins too. The reduction group, or -1.
+  int EpilogueTakingOver(const std::vector<int>& candidates, const Step& step) const {
+    int reduction = -1;
+    for (int g : candidates) {
+      if (groups_[g].kind == GroupKind::kReduction) {
+        if (reduction >= 0) {
+          return -1;
+        }
+        reduction = g;
+      }
+    }
+    if (reduction < 0 || !CanJoin(reduction, step)) {
+      return -1;
+    }
+    const size_t reduction_step = *groups_[reduction].reduction;
+    const std::vector<int64_t> epilogue = EpilogueDomain(reduction);
+    for (int g : candidates) {
+      const FusionGroup& group = groups_[g];
+      if (g == reduction) {
+        continue;
+      }
+      if (group.kind != GroupKind::kPointwise || group.steps.front() < reduction_step ||
+          ShapeNumel(group.domain) != ShapeNumel(epilogue) || !FitsDomain(group.domain, epilogue)) {
+        return -1;
+      }
+      for (size_t s : group.steps) {
+        for (BufferId id : program_.steps[s].inputs) {
+          if (producer_[id] == reduction) {
+            return -1;
+          }
+        }
+      }
+    }
+    return reduction;
+  }
+
+  // Group `from`'s values, computed in reduction group `into`'s epilogue,
+  // are per row there when the epilogue runs over rows.
+  void MarkRowLevel(int into, int from) {
+    if (EpilogueDomain(into) == groups_[into].domain) {
+      return;
+    }
+    for (size_t s : groups_[from].steps) {
+      for (BufferId id : program_.steps[s].outputs) {
+        row_level_[id] = true;
+      }
+    }
   }
 
   void AddPointwise(size_t i) {
@@ -242,16 +288,35 @@ class Planner {
       return;
     }
     if (candidates.size() > 1) {
-      bool all_pointwise = true;
+      // The pointwise candidates merge and take the step; a reduction whose
+      // results it reads is sealed (its kernel runs first), unless the
+      // pointwise groups can all join that reduction's epilogue instead.
+      std::vector<int> pointwise;
+      bool all_fit = true;
       for (int g : candidates) {
-        all_pointwise = all_pointwise && groups_[g].kind == GroupKind::kPointwise &&
-                        CanJoin(g, step) && FitsDomain(groups_[g].domain, out);
-      }
-      if (all_pointwise) {
-        for (size_t k = 1; k < candidates.size(); ++k) {
-          MergeInto(candidates[0], candidates[k]);
+        if (groups_[g].kind == GroupKind::kPointwise) {
+          pointwise.push_back(g);
+          all_fit = all_fit && CanJoin(g, step) && FitsDomain(groups_[g].domain, out);
         }
-        Join(candidates[0], i);
+      }
+      const int reduction = EpilogueTakingOver(candidates, step);
+      if (reduction < 0 && !pointwise.empty() && all_fit) {
+        for (size_t k = 1; k < pointwise.size(); ++k) {
+          MergeInto(pointwise[0], pointwise[k]);
+        }
+        SealProducersOf(step, pointwise[0]);
+        Join(pointwise[0], i);
+        return;
+      }
+      if (reduction >= 0) {
+        for (int g : candidates) {
+          if (g != reduction) {
+            MarkRowLevel(reduction, g);
+            MergeInto(reduction, g);
+          }
+        }
+        SealProducersOf(step, reduction);
+        Join(reduction, i);
         return;
       }
     }
@@ -266,7 +331,7 @@ class Planner {
     const auto view = ViewRuleFor(step, program_);
     if (!view || (view->kind != ViewKind::kSlice && view->kind != ViewKind::kSelect) ||
         groups_[g].kind != GroupKind::kPointwise ||
-        Numel(Shape(step.outputs[0])) >= Numel(groups_[g].domain)) {
+        ShapeNumel(Shape(step.outputs[0])) >= ShapeNumel(groups_[g].domain)) {
       return false;
     }
     for (size_t s : groups_[g].steps) {
@@ -321,7 +386,7 @@ class Planner {
     const int g = producer_[step.inputs[0]];
     int target = -1;
     if (Open(g) && groups_[g].kind == GroupKind::kPointwise &&
-        Numel(groups_[g].domain) == Numel(in)) {
+        ShapeNumel(groups_[g].domain) == ShapeNumel(in)) {
       target = g;
       for (size_t s : groups_[g].steps) {
         for (BufferId id : program_.steps[s].outputs) {
@@ -417,64 +482,6 @@ class Planner {
 };
 
 }  // namespace
-
-const char* GroupKindName(GroupKind kind) {
-  switch (kind) {
-    case GroupKind::kAten:
-      return "aten";
-    case GroupKind::kPointwise:
-      return "pointwise";
-    case GroupKind::kReduction:
-      return "reduction";
-    case GroupKind::kView:
-      return "view";
-  }
-  return "unknown";
-}
-
-bool LaunchesKernel(GroupKind kind) {
-  return kind == GroupKind::kPointwise || kind == GroupKind::kReduction;
-}
-
-size_t FusionPlan::FusedGroupCount() const {
-  return std::count_if(groups.begin(), groups.end(), [](const FusionGroup& group) {
-    return LaunchesKernel(group.kind);
-  });
-}
-
-std::string FusionPlan::ToString(const Program& program) const {
-  auto shape = [](const std::vector<int64_t>& sizes) {
-    std::ostringstream out;
-    out << "[";
-    for (size_t d = 0; d < sizes.size(); ++d) {
-      out << (d ? "," : "") << sizes[d];
-    }
-    out << "]";
-    return out.str();
-  };
-  auto buffers = [](const std::vector<BufferId>& ids) {
-    std::ostringstream out;
-    for (size_t k = 0; k < ids.size(); ++k) {
-      out << (k ? " " : "") << "%" << ids[k];
-    }
-    return out.str();
-  };
-  std::ostringstream out;
-  out << "fusion plan (" << groups.size() << " groups, " << FusedGroupCount() << " fused)\n";
-  for (size_t g = 0; g < groups.size(); ++g) {
-    const FusionGroup& group = groups[g];
-    out << "  group " << g << " [" << GroupKindName(group.kind);
-    if (LaunchesKernel(group.kind)) {
-      out << " " << shape(group.domain);
-    }
-    out << "]:";
-    for (size_t s : group.steps) {
-      out << " " << program.steps[s].qualified_op();
-    }
-    out << " (" << buffers(group.inputs) << " -> " << buffers(group.outputs) << ")\n";
-  }
-  return out.str();
-}
 
 FusionPlan PlanFusion(const Program& program) {
   TORCH_LAZY_TIMED("LazyFusePlanning");

@@ -5,7 +5,6 @@
 
 #include <cmath>
 #include <cstdio>
-#include <numeric>
 
 #include "fusion/rules.h"
 
@@ -99,10 +98,6 @@ std::vector<int64_t> ContiguousStrides(const std::vector<int64_t>& shape) {
     strides[d] = strides[d + 1] * std::max<int64_t>(shape[d + 1], 1);
   }
   return strides;
-}
-
-int64_t ShapeNumel(const std::vector<int64_t>& shape) {
-  return std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
 }
 
 KernelWriter::KernelWriter(const Program& program,

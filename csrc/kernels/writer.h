@@ -27,7 +27,6 @@ struct KernelIndex {
   std::vector<std::string> dims;
 };
 
-int64_t ShapeNumel(const std::vector<int64_t>& shape);
 std::vector<int64_t> ContiguousStrides(const std::vector<int64_t>& shape);
 
 // The literal C++ spelling of a 0-dim constant (1.5, 2LL, true, inf, nan).

@@ -4,10 +4,16 @@
 #include <c10/util/irange.h>
 
 #include <algorithm>
+#include <functional>
 #include <limits>
+#include <numeric>
 #include <sstream>
 
 namespace lazyfuse {
+
+int64_t ShapeNumel(const std::vector<int64_t>& shape) {
+  return std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
+}
 
 const char* StepKindName(StepKind kind) {
   switch (kind) {

@@ -24,6 +24,9 @@ enum class StepKind { kPointwise, kReduction, kView, kOpaque };
 
 const char* StepKindName(StepKind kind);
 
+// The element count of a tensor of `shape`.
+int64_t ShapeNumel(const std::vector<int64_t>& shape);
+
 struct BufferInfo {
   at::ScalarType dtype = at::kFloat;
   std::vector<int64_t> sizes;

@@ -238,3 +238,20 @@ def test_a_shrinking_view_of_a_private_value_computes_only_the_view(lazy: torch.
             ],
         )
     ], plan
+
+
+def test_pointwise_work_after_a_reduction_joins_its_epilogue(lazy: torch.device) -> None:
+    # SGD momentum on a bias: buf * 0.9 is its own group until the add reads
+    # it with the gradient's sum; it then joins the sum's epilogue, so the
+    # whole update is one kernel.
+    g = torch.randn(8, 32, device=lazy)
+    b = torch.randn(32, device=lazy)
+    buf = torch.randn(32, device=lazy)
+    new_buf = buf * 0.9 + g.sum(0)
+    lazyfuse.mark_step()
+    new_buf = buf * 0.9 + g.sum(0)
+    plan = parse_plan(lazyfuse.debug.fusion_plan([new_buf, b - 0.1 * new_buf]))
+    assert [kind for kind, _ in plan] == ["reduction"], plan
+    # Over the reduction's input shape, it cannot: the epilogue runs per row.
+    plan = parse_plan(lazyfuse.debug.fusion_plan([(g * 2 + g.sum(0)).exp()]))
+    assert [kind for kind, _ in plan] == ["reduction", "pointwise"], plan
