@@ -9,14 +9,6 @@
 namespace lazyfuse {
 namespace {
 
-int64_t Numel(const std::vector<int64_t>& sizes) {
-  int64_t numel = 1;
-  for (int64_t size : sizes) {
-    numel *= size;
-  }
-  return numel;
-}
-
 // A view that leaves every element at its linear index, which is where a
 // kernel reads and writes it: detach, any reshape, a broadcast to the same
 // sizes, an identity permutation, a full slice.
@@ -73,7 +65,7 @@ std::optional<std::unordered_set<BufferId>> ElementwiseReach(const Program& prog
       return std::nullopt;
     }
     for (BufferId out : step.outputs) {
-      if (Numel(program.buffers[out].sizes) != Numel(domain)) {
+      if (ShapeNumel(program.buffers[out].sizes) != ShapeNumel(domain)) {
         return std::nullopt;
       }
       reached.insert(out);
@@ -88,6 +80,12 @@ std::vector<std::vector<size_t>> InPlaceInputs(const Program& program, const Fus
   std::vector<std::vector<size_t>> candidates(group.outputs.size());
   std::vector<int64_t> domain = group.domain;
   size_t first_step = 0;
+  // A kernel computes every output of a store batch before storing any, so
+  // any output an input reaches may take its memory: in a pointwise kernel
+  // the element's outputs, in a reduction's epilogue the row's results, or
+  // softmax's and layer norm's element outputs. A row of one column is the
+  // exception: the same input could reach both batches at one index.
+  bool any_reached = true;
   if (group.kind == GroupKind::kReduction && group.reduction) {
     // Epilogue steps run at the row (or, writing the full shape, the element)
     // the reduction has just finished.
@@ -99,6 +97,11 @@ std::vector<std::vector<size_t>> InPlaceInputs(const Program& program, const Fus
     if (!WritesFullShape(rule->kind)) {
       domain = program.buffers[reduction.outputs[0]].sizes;
     }
+    int64_t cols = 1;
+    for (int64_t d : rule->dims) {
+      cols *= group.domain[d];
+    }
+    any_reached = cols != 1;
     first_step = *group.reduction + 1;
   } else if (group.kind != GroupKind::kPointwise) {
     return candidates;
@@ -114,7 +117,7 @@ std::vector<std::vector<size_t>> InPlaceInputs(const Program& program, const Fus
     // A result is still read after the graph; a constant belongs to the program.
     // Buffers with the domain's element count are all read and written at
     // the domain's linear index ([32] and a keepdim sum's [1, 32] alike).
-    if (Numel(info.sizes) != Numel(domain) || results.count(input) != 0 ||
+    if (ShapeNumel(info.sizes) != ShapeNumel(domain) || results.count(input) != 0 ||
         constants.count(input) != 0) {
       continue;
     }
@@ -122,11 +125,6 @@ std::vector<std::vector<size_t>> InPlaceInputs(const Program& program, const Fus
     if (!reached) {
       continue;
     }
-    // A pointwise kernel loads an element's inputs before storing any of its
-    // outputs, so any output the input reaches may take its memory. A
-    // reduction stores its outputs one by one, and a later one may load the
-    // input again (at an index written differently): only the last may.
-    const bool any_reached = group.kind == GroupKind::kPointwise;
     for (size_t j = group.outputs.size(); j-- > 0;) {
       if (reached->count(group.outputs[j]) == 0) {
         continue;

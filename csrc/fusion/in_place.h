@@ -15,13 +15,13 @@ namespace lazyfuse {
 // Per output of `group`, the indices in group.inputs of the inputs whose
 // memory it may take; which one is free is known only at run time. An input
 // qualifies for an output when both have the sizes the output is computed
-// over and the same dtype, the input reaches the output only through
-// pointwise steps at the element being computed, and the output is the last
-// one the input reaches: the thread computing an element then loads the
-// input's element before it stores the output's, and nothing reads that
-// element afterwards. In a reduction group that means the epilogue: at the
-// row being reduced (a bias's optimizer update after its gradient's sum), or
-// at the element for softmax and layer norm, and never in the prologue.
+// over and the same dtype, and the input reaches the output only through
+// pointwise steps at the element being computed: the thread computing an
+// element then loads the input's element before it stores any output
+// there, and nothing reads that element afterwards. In a reduction group
+// that means the epilogue: at the row being reduced (a bias's optimizer
+// update after its gradient's sum), or at the element for softmax and layer
+// norm, and never in the prologue.
 std::vector<std::vector<size_t>> InPlaceInputs(const Program& program, const FusionGroup& group);
 
 }  // namespace lazyfuse

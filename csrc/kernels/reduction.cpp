@@ -227,7 +227,7 @@ class ReductionKernel {
       w_.Line(acc + " = " + update(acc, x) + ";");
     }
     if (last_loop) {
-      StoreElementOutputs(index);
+      StoreOutputs(index, /*row_level=*/false);
     }
     CloseColumns();
     cache_filled_ = cache_filled_ || (row_cache_ && update);
@@ -262,10 +262,14 @@ class ReductionKernel {
     return false;
   }
 
-  void StoreElementOutputs(const KernelIndex& index) {
-    for (size_t k = 0; k < group_.outputs.size(); ++k) {
-      if (!IsRowLevel(group_.outputs[k])) {
-        w_.Store(k, index);
+  // Every output of a batch (the element's, or the row's) is computed before
+  // the first is stored, so any output an input reaches may take its memory.
+  void StoreOutputs(const KernelIndex& index, bool row_level) {
+    for (int store = 0; store < 2; ++store) {
+      for (size_t k = 0; k < group_.outputs.size(); ++k) {
+        if (IsRowLevel(group_.outputs[k]) == row_level) {
+          store ? w_.Store(k, index) : w_.ComputeOutput(k, index);
+        }
       }
     }
   }
@@ -291,11 +295,7 @@ class ReductionKernel {
       writes += (writes.empty() ? "" : " && ") + std::string("lf_chunk == 0");
     }
     w_.Open("if (" + (writes.empty() ? std::string("true") : writes) + ")");
-    for (size_t k = 0; k < group_.outputs.size(); ++k) {
-      if (IsRowLevel(group_.outputs[k])) {
-        w_.Store(k, KernelIndex{shape, "row", {}});
-      }
-    }
+    StoreOutputs(KernelIndex{shape, "row", {}}, /*row_level=*/true);
     w_.Close();
   }
 
@@ -433,7 +433,7 @@ class ReductionKernel {
     w_.Line("lf_welford_add(" + n + ", " + shifted + ", " + m2 + ", " + Input(index) + " - " + k +
             ");");
     if (last_loop) {
-      StoreElementOutputs(index);
+      StoreOutputs(index, /*row_level=*/false);
     }
     CloseColumns();
     MergeRowStatistics(w_, *split_, block_, RowStatistics::kWelford, {n, shifted, m2});

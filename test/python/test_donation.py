@@ -122,6 +122,39 @@ def test_a_reduction_epilogue_updates_in_place(keepdim: bool) -> None:
     torch.testing.assert_close(lazy_b.cpu(), b - 0.1 * (g * b).sum(0))
 
 
+def test_a_reduction_writes_several_outputs_in_place() -> None:
+    # A bias's momentum step in its gradient's sum kernel (the buffer's
+    # scaling joins the epilogue): the buffer reaches both the new buffer and
+    # the new bias. The row's results are computed before either is stored,
+    # so both take their inputs' memory; so do two outputs of softmax's
+    # elements.
+    torch.manual_seed(0)
+    g, b, buf = torch.randn(8, 32), torch.randn(32), torch.randn(32)
+    lazy = [t.to(lazyfuse.lazy_device()) for t in (g, b, buf)]
+    lazy_g, lazy_b, lazy_buf = lazy
+    lazyfuse.mark_step()
+    addresses = [lazyfuse.debug.data_address(t) for t in (lazy_b, lazy_buf)]
+    lazy_buf.mul_(0.9).add_(lazy_g.sum(0))
+    lazy_b.sub_(lazy_buf, alpha=0.1)
+    lazyfuse.mark_step()
+    assert donated() == 2
+    assert [lazyfuse.debug.data_address(t) for t in (lazy_b, lazy_buf)] == addresses
+    buf = buf * 0.9 + g.sum(0)
+    torch.testing.assert_close(lazy_buf.cpu(), buf)
+    torch.testing.assert_close(lazy_b.cpu(), b - 0.1 * buf)
+
+    x, r, s = torch.randn(4, 64), torch.randn(4, 64), torch.randn(4, 64)
+    lazy_x, lazy_r, lazy_s = (t.to(lazyfuse.lazy_device()) for t in (x, r, s))
+    lazyfuse.mark_step()
+    lazy_r.add_(torch.softmax(lazy_x, -1))
+    lazy_s.mul_(lazy_r)
+    lazyfuse.mark_step()
+    assert donated() == 2 + 2
+    r = r + torch.softmax(x, -1)
+    torch.testing.assert_close(lazy_r.cpu(), r)
+    torch.testing.assert_close(lazy_s.cpu(), s * r)
+
+
 def test_a_host_copy_keeps_the_old_value() -> None:
     p, g = lazy_pair()
     old = p.cpu()
