@@ -223,6 +223,34 @@ __device__ __forceinline__ T lf_block_reduce(T v, Op op, T* smem) {
   return out;
 }
 
+// Merges N statistics per thread across the block (merge(a, b) folds b into
+// a), as lf_block_reduce does one value: a butterfly within each warp, then
+// each warp's through shared memory, one array per statistic.
+template <typename T, int N, typename Merge>
+__device__ __forceinline__ void lf_block_merge(T (&v)[N], T* const (&smem)[N], Merge merge) {
+  T other[N];
+  for (int offset = 16; offset > 0; offset >>= 1) {
+#pragma unroll
+    for (int j = 0; j < N; ++j) other[j] = __shfl_xor_sync(0xffffffffu, v[j], offset);
+    merge(v, other);
+  }
+  const int warps = (blockDim.x + 31) >> 5;
+  if (warps == 1) return;
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) {
+#pragma unroll
+    for (int j = 0; j < N; ++j) smem[j][threadIdx.x >> 5] = v[j];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int j = 0; j < N; ++j) v[j] = smem[j][0];
+  for (int w = 1; w < warps; ++w) {
+#pragma unroll
+    for (int j = 0; j < N; ++j) other[j] = smem[j][w];
+    merge(v, other);
+  }
+}
+
 // Online softmax statistics: m is a running max, s the sum of exp(x - m).
 // A merge rescales each side by exp(its max - the new max), except a side
 // whose max is -inf and the new max too: exp(-inf - -inf) would be NaN where
@@ -240,22 +268,13 @@ template <typename T> __device__ __forceinline__ void lf_softmax_merge(T& m, T& 
 }
 template <typename T>
 __device__ __forceinline__ void lf_block_softmax_stats(T& m, T& s, T* smem_m, T* smem_s) {
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    const T m2 = __shfl_xor_sync(0xffffffffu, m, offset);
-    const T s2 = __shfl_xor_sync(0xffffffffu, s, offset);
-    lf_softmax_merge(m, s, m2, s2);
-  }
-  const int warps = (blockDim.x + 31) >> 5;
-  if (warps == 1) return;
-  __syncthreads();
-  if ((threadIdx.x & 31) == 0) {
-    smem_m[threadIdx.x >> 5] = m;
-    smem_s[threadIdx.x >> 5] = s;
-  }
-  __syncthreads();
-  m = smem_m[0];
-  s = smem_s[0];
-  for (int w = 1; w < warps; ++w) lf_softmax_merge(m, s, smem_m[w], smem_s[w]);
+  T v[2] = {m, s};
+  T* const smem[2] = {smem_m, smem_s};
+  lf_block_merge(v, smem, [](T(&a)[2], const T(&b)[2]) {
+    lf_softmax_merge(a[0], a[1], b[0], b[1]);
+  });
+  m = v[0];
+  s = v[1];
 }
 
 // Welford's running count n, mean and sum of squared deviations m2, so a row
@@ -291,25 +310,14 @@ __device__ __forceinline__ void lf_welford_merge(T& n, T& mean, T& m2, T n2, T m
 template <typename T>
 __device__ __forceinline__ void lf_block_welford(T& n, T& mean, T& m2, T* smem_n, T* smem_mean,
                                                  T* smem_m2) {
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    const T n2 = __shfl_xor_sync(0xffffffffu, n, offset);
-    const T mean2 = __shfl_xor_sync(0xffffffffu, mean, offset);
-    const T m22 = __shfl_xor_sync(0xffffffffu, m2, offset);
-    lf_welford_merge(n, mean, m2, n2, mean2, m22);
-  }
-  const int warps = (blockDim.x + 31) >> 5;
-  if (warps == 1) return;
-  __syncthreads();
-  if ((threadIdx.x & 31) == 0) {
-    smem_n[threadIdx.x >> 5] = n;
-    smem_mean[threadIdx.x >> 5] = mean;
-    smem_m2[threadIdx.x >> 5] = m2;
-  }
-  __syncthreads();
-  n = smem_n[0];
-  mean = smem_mean[0];
-  m2 = smem_m2[0];
-  for (int w = 1; w < warps; ++w) lf_welford_merge(n, mean, m2, smem_n[w], smem_mean[w], smem_m2[w]);
+  T v[3] = {n, mean, m2};
+  T* const smem[3] = {smem_n, smem_mean, smem_m2};
+  lf_block_merge(v, smem, [](T(&a)[3], const T(&b)[3]) {
+    lf_welford_merge(a[0], a[1], a[2], b[0], b[1], b[2]);
+  });
+  n = v[0];
+  mean = v[1];
+  m2 = v[2];
 }
 )CUDA";
 
