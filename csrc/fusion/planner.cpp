@@ -231,7 +231,7 @@ class Planner {
         continue;
       }
       if (group.kind != GroupKind::kPointwise || group.steps.front() < reduction_step ||
-          ShapeNumel(group.domain) != ShapeNumel(epilogue) || !FitsDomain(group.domain, epilogue)) {
+          ShapeNumel(group.domain) != ShapeNumel(epilogue)) {
         return -1;
       }
       for (size_t s : group.steps) {
@@ -288,26 +288,9 @@ class Planner {
       return;
     }
     if (candidates.size() > 1) {
-      // The pointwise candidates merge and take the step; a reduction whose
-      // results it reads is sealed (its kernel runs first), unless the
-      // pointwise groups can all join that reduction's epilogue instead.
-      std::vector<int> pointwise;
-      bool all_fit = true;
-      for (int g : candidates) {
-        if (groups_[g].kind == GroupKind::kPointwise) {
-          pointwise.push_back(g);
-          all_fit = all_fit && CanJoin(g, step) && FitsDomain(groups_[g].domain, out);
-        }
-      }
+      // Pointwise groups that can all join a reduction's epilogue do, and
+      // the step with them.
       const int reduction = EpilogueTakingOver(candidates, step);
-      if (reduction < 0 && !pointwise.empty() && all_fit) {
-        for (size_t k = 1; k < pointwise.size(); ++k) {
-          MergeInto(pointwise[0], pointwise[k]);
-        }
-        SealProducersOf(step, pointwise[0]);
-        Join(pointwise[0], i);
-        return;
-      }
       if (reduction >= 0) {
         for (int g : candidates) {
           if (g != reduction) {
@@ -317,6 +300,24 @@ class Planner {
         }
         SealProducersOf(step, reduction);
         Join(reduction, i);
+        return;
+      }
+      // Else the pointwise candidates merge and take the step; a reduction
+      // whose results it reads is sealed (its kernel runs first).
+      std::vector<int> pointwise;
+      bool all_fit = true;
+      for (int g : candidates) {
+        if (groups_[g].kind == GroupKind::kPointwise) {
+          pointwise.push_back(g);
+          all_fit = all_fit && CanJoin(g, step) && FitsDomain(groups_[g].domain, out);
+        }
+      }
+      if (!pointwise.empty() && all_fit) {
+        for (size_t k = 1; k < pointwise.size(); ++k) {
+          MergeInto(pointwise[0], pointwise[k]);
+        }
+        SealProducersOf(step, pointwise[0]);
+        Join(pointwise[0], i);
         return;
       }
     }
