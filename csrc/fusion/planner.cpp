@@ -189,9 +189,42 @@ class Planner {
     Place(i, g);
   }
 
-  void MergeInto(int into, int from) {
+  // The shape group `g`'s stored values are indexed in: its domain, or
+  // a reduction's epilogue.
+  std::vector<int64_t> StoreDomain(int g) const {
+    return groups_[g].kind == GroupKind::kReduction ? EpilogueDomain(g) : groups_[g].domain;
+  }
+
+  // Whether every value of group `g` that may be stored fits `domain`, so
+  // the group can run over it; a value only the group and step `i` read is
+  // never stored, and its readers index it.
+  bool ValuesFit(int g, const std::vector<int64_t>& domain, size_t i) const {
+    for (size_t s : groups_[g].steps) {
+      for (BufferId id : program_.steps[s].outputs) {
+        if (!FitsDomain(Shape(id), domain) && !Private(id, g, i)) {
+          return false;
+        }
+      }
+    }
+    return true;
+  }
+
+  // Moves group `from`'s steps into group `into`, for step `i`. The target
+  // keeps its domain: a reduction's is the shape it reduces (an empty one
+  // reduces nothing), and a pointwise target has already grown to the
+  // step's shape. The caller checked that `from`'s values fit there.
+  void MergeInto(int into, int from, size_t i) {
     FusionGroup& target = groups_[into];
     FusionGroup& source = groups_[from];
+    TORCH_CHECK(ValuesFit(from, StoreDomain(into), i),
+                "lazyfuse: fusion planner: a ",
+                GroupKindName(source.kind),
+                " group over ",
+                c10::IntArrayRef(source.domain),
+                " cannot merge into a ",
+                GroupKindName(target.kind),
+                " group over ",
+                c10::IntArrayRef(target.domain));
     for (size_t s : source.steps) {
       for (BufferId id : program_.steps[s].outputs) {
         producer_[id] = into;
@@ -199,9 +232,6 @@ class Planner {
     }
     target.steps.insert(target.steps.end(), source.steps.begin(), source.steps.end());
     std::sort(target.steps.begin(), target.steps.end());
-    if (ShapeNumel(source.domain) > ShapeNumel(target.domain)) {
-      target.domain = source.domain;
-    }
     source.steps.clear();
     alive_[from] = false;
   }
@@ -210,7 +240,8 @@ class Planner {
   // all run after the reduction, over its epilogue's shape (a bias's
   // momentum buffer scaled, then added to its gradient's sum): those groups
   // join the epilogue, so the step joins too. The reduction group, or -1.
-  int EpilogueTakingOver(const std::vector<int>& candidates, const Step& step) const {
+  int EpilogueTakingOver(const std::vector<int>& candidates, size_t i) const {
+    const Step& step = program_.steps[i];
     int reduction = -1;
     for (int g : candidates) {
       if (groups_[g].kind == GroupKind::kReduction) {
@@ -231,7 +262,7 @@ class Planner {
         continue;
       }
       if (group.kind != GroupKind::kPointwise || group.steps.front() < reduction_step ||
-          ShapeNumel(group.domain) != ShapeNumel(epilogue)) {
+          ShapeNumel(group.domain) != ShapeNumel(epilogue) || !ValuesFit(g, epilogue, i)) {
         return -1;
       }
       for (size_t s : group.steps) {
@@ -290,12 +321,12 @@ class Planner {
     if (candidates.size() > 1) {
       // Pointwise groups that can all join a reduction's epilogue do, and
       // the step with them.
-      const int reduction = EpilogueTakingOver(candidates, step);
+      const int reduction = EpilogueTakingOver(candidates, i);
       if (reduction >= 0) {
         for (int g : candidates) {
           if (g != reduction) {
             MarkRowLevel(reduction, g);
-            MergeInto(reduction, g);
+            MergeInto(reduction, g, i);
           }
         }
         SealProducersOf(step, reduction);
@@ -304,17 +335,21 @@ class Planner {
       }
       // Else the pointwise candidates merge and take the step; a reduction
       // whose results it reads is sealed (its kernel runs first).
+      // The merged group runs over the step's shape, which every
+      // candidate's domain and stored values must fit.
       std::vector<int> pointwise;
       bool all_fit = true;
       for (int g : candidates) {
         if (groups_[g].kind == GroupKind::kPointwise) {
           pointwise.push_back(g);
-          all_fit = all_fit && CanJoin(g, step) && FitsDomain(groups_[g].domain, out);
+          all_fit = all_fit && CanJoin(g, step) && FitsDomain(groups_[g].domain, out) &&
+                    ValuesFit(g, out, i);
         }
       }
       if (!pointwise.empty() && all_fit) {
+        groups_[pointwise[0]].domain = out;
         for (size_t k = 1; k < pointwise.size(); ++k) {
-          MergeInto(pointwise[0], pointwise[k]);
+          MergeInto(pointwise[0], pointwise[k], i);
         }
         SealProducersOf(step, pointwise[0]);
         Join(pointwise[0], i);

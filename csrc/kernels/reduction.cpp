@@ -36,6 +36,19 @@ constexpr int64_t kRowCacheBytes = 32 * 1024;
 // without the rounding one-pass statistics (online softmax, Welford) add.
 constexpr int64_t kOnePassMinColumns = 1024;
 
+size_t ReductionStep(const Program& program, const FusionGroup& group) {
+  TORCH_CHECK(group.reduction && *group.reduction < program.steps.size(),
+              "lazyfuse: kernel codegen: a reduction group without its reduction step");
+  return *group.reduction;
+}
+
+ReductionRule RuleOf(const Step& step, const Program& program) {
+  const auto rule = ReductionRuleFor(step, program);
+  TORCH_CHECK(
+      rule, "lazyfuse: kernel codegen cannot render ", step.qualified_op(), " as a reduction");
+  return *rule;
+}
+
 class ReductionKernel {
  public:
   ReductionKernel(const Program& program,
@@ -47,13 +60,28 @@ class ReductionKernel {
         group_(group),
         dialect_(dialect),
         out_(out),
-        step_(program.steps[*group.reduction]),
-        rule_(*ReductionRuleFor(step_, program)),
+        step_(program.steps[ReductionStep(program, group)]),
+        rule_(RuleOf(step_, program)),
         idx_(out.index64 ? "long long" : "int"),
         w_(program, group, signature, dialect, idx_) {
     const auto& shape = group.domain;
+    TORCH_CHECK(shape == program.buffers[step_.inputs[0]].sizes,
+                "lazyfuse: kernel codegen: a ",
+                step_.qualified_op(),
+                " group runs over ",
+                c10::IntArrayRef(shape),
+                ", not over its input's shape ",
+                c10::IntArrayRef(program.buffers[step_.inputs[0]].sizes));
     std::vector<bool> reduced(shape.size(), false);
     for (int64_t d : rule_.dims) {
+      TORCH_CHECK(d >= 0 && d < static_cast<int64_t>(shape.size()),
+                  "lazyfuse: kernel codegen: ",
+                  step_.qualified_op(),
+                  " reduces dim ",
+                  d,
+                  " of a rank-",
+                  shape.size(),
+                  " input");
       reduced[d] = true;
     }
     for (size_t d = 0; d < shape.size(); ++d) {
@@ -313,10 +341,10 @@ class ReductionKernel {
     const std::string neg_inf = acc_ == "double" ? "-LF_DINF" : "-LF_INF";
     auto sum = [](const std::string& a, const std::string& x) { return a + " + " + x; };
     auto max = [](const std::string& a, const std::string& x) {
-      return "lf_maximum(" + a + ", " + x + ")";
+      return "lf_max_combine(" + a + ", " + x + ")";
     };
     auto min = [](const std::string& a, const std::string& x) {
-      return "lf_minimum(" + a + ", " + x + ")";
+      return "lf_min_combine(" + a + ", " + x + ")";
     };
     switch (rule_.kind) {
       case ReductionKind::kSum:
@@ -346,7 +374,10 @@ class ReductionKernel {
         } else {
           const std::string total = Accumulate("0", sum, "lf_sum_op", false);
           mean = w_.NewVar("m");
-          w_.Line("const " + acc_ + " " + mean + " = " + total + " / " + cols + ";");
+          // Eager's layer norm of an empty row has mean 0 (and rstd NaN).
+          const bool empty_norm = cols_ == 0 && rule_.kind == ReductionKind::kLayerNorm;
+          w_.Line("const " + acc_ + " " + mean + " = " +
+                  (empty_norm ? "(" + acc_ + ")0" : total + " / " + cols) + ";");
         }
         auto squared = [&](const std::string& a, const std::string& x) {
           return a + " + (" + x + " - " + mean + ") * (" + x + " - " + mean + ")";

@@ -255,9 +255,19 @@ KernelIndex KernelWriter::Broadcast(KernelIndex from, const std::vector<int64_t>
     return to;
   }
   const auto& dims = Dims(from);
-  TORCH_CHECK(to_shape.size() <= from.shape.size(), "lazyfuse: bad broadcast in kernel codegen");
+  TORCH_CHECK(to_shape.size() <= from.shape.size() && dims.size() == from.shape.size(),
+              "lazyfuse: kernel codegen: a buffer of shape ",
+              c10::IntArrayRef(to_shape),
+              " is read at an index of shape ",
+              c10::IntArrayRef(from.shape));
   const size_t offset = from.shape.size() - to_shape.size();
   for (size_t d = 0; d < to_shape.size(); ++d) {
+    TORCH_CHECK(to_shape[d] == 1 || to_shape[d] == from.shape[offset + d],
+                "lazyfuse: kernel codegen: a buffer of shape ",
+                c10::IntArrayRef(to_shape),
+                " is read at an index of shape ",
+                c10::IntArrayRef(from.shape),
+                ", which it does not broadcast to");
     to.dims.push_back(to_shape[d] == 1 ? "0" : dims[offset + d]);
   }
   return to;
@@ -385,8 +395,16 @@ std::string KernelWriter::Compute(const Step& step, BufferId id, KernelIndex ind
     const bool used = k < 10 && (rule->expr.find("$" + digit) != std::string::npos ||
                                  rule->expr.find("$r" + digit) != std::string::npos);
     const BufferId input = step.inputs[k];
-    inputs.push_back(used ? Value(input, Broadcast(index, program_.buffers[input].sizes))
-                          : std::string());
+    std::string value =
+        used ? Value(input, Broadcast(index, program_.buffers[input].sizes)) : std::string();
+    // Registers of half and bfloat16 are float: an operand of another dtype
+    // is rounded to the common one, as eager casts it.
+    const auto common = rule->operand_dtype;
+    if (used && common && program_.buffers[input].dtype != *common &&
+        (*common == at::kHalf || *common == at::kBFloat16)) {
+      value = RoundToDtype(*common, "(float)(" + value + ")");
+    }
+    inputs.push_back(std::move(value));
   }
   const at::ScalarType out = program_.buffers[id].dtype;
   const std::string out_type = RegisterTypeName(out);
