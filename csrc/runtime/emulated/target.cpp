@@ -225,8 +225,18 @@ class EmulatedTarget : public KernelTarget {
                           const std::string& path,
                           const char* role,
                           size_t k) {
-    const auto* data = static_cast<const unsigned char*>(output.data_ptr());
+    // Through the storage: an empty output's data_ptr() is null, but its
+    // guard bytes are still there around it.
+    const auto* data = static_cast<const unsigned char*>(output.storage().data()) +
+                       output.storage_offset() * static_cast<int64_t>(output.element_size());
     const int64_t bytes = output.numel() * static_cast<int64_t>(output.element_size());
+    TORCH_CHECK(output.storage().nbytes() >= static_cast<size_t>(bytes + 2 * kGuardBytes),
+                "lazyfuse: emulated kernel ",
+                name,
+                ": ",
+                role,
+                k,
+                " was not allocated with guard bytes");
     for (int64_t i = 1; i <= kGuardBytes; ++i) {
       TORCH_CHECK(data[-i] == kGuardByte && data[bytes + i - 1] == kGuardByte,
                   "lazyfuse: emulated kernel ",
