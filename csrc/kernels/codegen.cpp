@@ -38,25 +38,38 @@ std::string KernelName(const Program& program, const FusionGroup& group) {
   return name;
 }
 
-// 32-bit index arithmetic when every element count and offset leaves headroom
-// for the grid-stride increment; 64-bit otherwise.
+// 32-bit index arithmetic when every index the kernel computes leaves
+// headroom for the grid-stride increment; 64-bit otherwise. The kernel
+// indexes every buffer its steps touch, stored or not: a group shrunk by a
+// slice computes its producer at indices of the full, never stored value.
 bool NeedsIndex64(const Program& program,
                   const FusionGroup& group,
                   const KernelSignature& signature) {
   int64_t largest = ShapeNumel(group.domain);
+  for (size_t s : group.steps) {
+    for (const auto* buffers : {&program.steps[s].inputs, &program.steps[s].outputs}) {
+      for (BufferId id : *buffers) {
+        largest = std::max(largest, ShapeNumel(program.buffers[id].sizes));
+      }
+    }
+  }
   for (size_t k = 0; k < group.inputs.size(); ++k) {
     const auto& sizes = program.buffers[group.inputs[k]].sizes;
-    largest = std::max(largest, ShapeNumel(sizes));
     if (signature.inputs[k].kind == InputBinding::Kind::kTensor) {
+      TORCH_CHECK(signature.inputs[k].strides.size() == sizes.size(),
+                  "lazyfuse: kernel codegen: input ",
+                  k,
+                  " is bound with ",
+                  signature.inputs[k].strides.size(),
+                  " strides for ",
+                  sizes.size(),
+                  " dims");
       int64_t extent = 0;
       for (size_t d = 0; d < sizes.size(); ++d) {
-        extent += (sizes[d] - 1) * std::abs(signature.inputs[k].strides[d]);
+        extent += (std::max<int64_t>(sizes[d], 1) - 1) * std::abs(signature.inputs[k].strides[d]);
       }
       largest = std::max(largest, extent + 1);
     }
-  }
-  for (BufferId id : group.outputs) {
-    largest = std::max(largest, ShapeNumel(program.buffers[id].sizes));
   }
   return largest > k32BitLimit;
 }
