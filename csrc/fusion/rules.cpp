@@ -1,5 +1,6 @@
 #include "fusion/rules.h"
 
+#include <c10/core/DefaultDtype.h>
 #include <c10/core/ScalarType.h>
 #include <c10/util/Exception.h>
 
@@ -20,6 +21,11 @@ struct Entry {
   // Float-only expressions (exp, floor, pow, ...) are left to ATen when the
   // compute type is integral; ATen's integer semantics differ there.
   bool float_only = false;
+  // Operands are cast to the common dtype before the op computes, as
+  // TensorIterator does, so a number meeting a half tensor is rounded to
+  // half first. Eager's add, mul and friends read a scalar at full
+  // precision (CUDA's original_scalar_value); comparisons and pow do not.
+  bool operands_in_common_dtype = false;
 };
 
 const std::unordered_map<std::string, Entry>& PointwiseTable() {
@@ -42,7 +48,7 @@ const std::unordered_map<std::string, Entry>& PointwiseTable() {
       {"aten::clamp_max", {"lf_clamp_max($0, $1)"}},
       {"aten::clamp_min.Tensor", {"lf_clamp_min($0, $1)"}},
       {"aten::clamp_max.Tensor", {"lf_clamp_max($0, $1)"}},
-      {"aten::pow.Tensor_Scalar", {"lf_pow_scalar$S($0, $1)", TypeFrom::kOutput, true}},
+      {"aten::pow.Tensor_Scalar", {"lf_pow_scalar$S($0, $1)", TypeFrom::kOutput, true, true}},
       {"aten::pow.Tensor_Tensor", {"lf_pow($0, $1)", TypeFrom::kOutput, true}},
       {"aten::sign", {"lf_sign($0)"}},
       {"aten::sgn", {"lf_sign($0)"}},
@@ -88,18 +94,18 @@ const std::unordered_map<std::string, Entry>& PointwiseTable() {
       {"aten::native_dropout_backward",
        {"($r1 ? $0 * ($T)@scale : ($T)0)", TypeFrom::kOutput, true}},
       // comparisons and tests
-      {"aten::eq.Tensor", {"$0 == $1", TypeFrom::kInputs}},
-      {"aten::eq.Scalar", {"$0 == $1", TypeFrom::kInputs}},
-      {"aten::ne.Tensor", {"$0 != $1", TypeFrom::kInputs}},
-      {"aten::ne.Scalar", {"$0 != $1", TypeFrom::kInputs}},
-      {"aten::lt.Tensor", {"$0 < $1", TypeFrom::kInputs}},
-      {"aten::lt.Scalar", {"$0 < $1", TypeFrom::kInputs}},
-      {"aten::le.Tensor", {"$0 <= $1", TypeFrom::kInputs}},
-      {"aten::le.Scalar", {"$0 <= $1", TypeFrom::kInputs}},
-      {"aten::gt.Tensor", {"$0 > $1", TypeFrom::kInputs}},
-      {"aten::gt.Scalar", {"$0 > $1", TypeFrom::kInputs}},
-      {"aten::ge.Tensor", {"$0 >= $1", TypeFrom::kInputs}},
-      {"aten::ge.Scalar", {"$0 >= $1", TypeFrom::kInputs}},
+      {"aten::eq.Tensor", {"$0 == $1", TypeFrom::kInputs, false, true}},
+      {"aten::eq.Scalar", {"$0 == $1", TypeFrom::kInputs, false, true}},
+      {"aten::ne.Tensor", {"$0 != $1", TypeFrom::kInputs, false, true}},
+      {"aten::ne.Scalar", {"$0 != $1", TypeFrom::kInputs, false, true}},
+      {"aten::lt.Tensor", {"$0 < $1", TypeFrom::kInputs, false, true}},
+      {"aten::lt.Scalar", {"$0 < $1", TypeFrom::kInputs, false, true}},
+      {"aten::le.Tensor", {"$0 <= $1", TypeFrom::kInputs, false, true}},
+      {"aten::le.Scalar", {"$0 <= $1", TypeFrom::kInputs, false, true}},
+      {"aten::gt.Tensor", {"$0 > $1", TypeFrom::kInputs, false, true}},
+      {"aten::gt.Scalar", {"$0 > $1", TypeFrom::kInputs, false, true}},
+      {"aten::ge.Tensor", {"$0 >= $1", TypeFrom::kInputs, false, true}},
+      {"aten::ge.Scalar", {"$0 >= $1", TypeFrom::kInputs, false, true}},
       {"aten::isnan", {"$r0 != $r0", TypeFrom::kInputs}},
       {"aten::logical_not", {"!$r0", TypeFrom::kInputs}},
       {"aten::logical_and", {"$r0 && $r1", TypeFrom::kInputs}},
@@ -210,24 +216,42 @@ bool IsFusibleDtype(at::ScalarType dtype) {
 namespace {
 
 // ATen's type promotion (c10 ResultTypeState): operands with dims promote
-// among themselves; 0-dim operands (host scalars) join only when their
-// category (bool < integral < floating) is higher, so `int_tensor >= 0.5`
-// compares in floating point, and `half_tensor * 2.0` stays half.
+// among themselves, then 0-dim tensors, then wrapped numbers (Python numbers,
+// Scalar arguments); a later slot counts only when its category (bool <
+// integral < floating) is higher. So `half_tensor * 2.0` stays half,
+// `int_tensor >= 0.5` compares in float32 (a float number promotes as the
+// default dtype) and `int_tensor >= float64_0dim_tensor` in double.
+at::ScalarType CombineCategories(std::optional<at::ScalarType> higher, at::ScalarType lower) {
+  if (!higher) {
+    return lower;
+  }
+  if (at::isFloatingType(*higher)) {
+    return *higher;
+  }
+  if (*higher == at::kBool || at::isFloatingType(lower)) {
+    return c10::promoteTypes(*higher, lower);
+  }
+  return *higher;
+}
+
 std::optional<at::ScalarType> PromotedInputType(const Step& step, const Program& program) {
   std::optional<at::ScalarType> dims;
   std::optional<at::ScalarType> zero_dim;
+  std::optional<at::ScalarType> wrapped;
   for (BufferId id : step.inputs) {
     const BufferInfo& info = program.buffers[id];
-    auto& slot = info.sizes.empty() ? zero_dim : dims;
-    slot = slot ? c10::promoteTypes(*slot, info.dtype) : info.dtype;
+    at::ScalarType dtype = info.dtype;
+    auto& slot = !info.sizes.empty() ? dims : info.wrapped_number ? wrapped : zero_dim;
+    if (&slot == &wrapped && at::isFloatingType(dtype)) {
+      dtype = c10::get_default_dtype_as_scalartype();
+    }
+    slot = slot ? c10::promoteTypes(*slot, dtype) : dtype;
   }
-  if (!dims || !zero_dim) {
-    return dims ? dims : zero_dim;
+  if (!zero_dim && !wrapped) {
+    return dims;
   }
-  auto category = [](at::ScalarType t) {
-    return at::isFloatingType(t) ? 2 : (t == at::kBool ? 0 : 1);
-  };
-  return category(*zero_dim) > category(*dims) ? c10::promoteTypes(*dims, *zero_dim) : *dims;
+  const at::ScalarType scalars = wrapped ? CombineCategories(zero_dim, *wrapped) : *zero_dim;
+  return CombineCategories(dims, scalars);
 }
 
 }  // namespace
@@ -278,14 +302,19 @@ std::optional<PointwiseRule> PointwiseRuleFor(const Step& step, const Program& p
     return std::nullopt;
   }
   const Entry& entry = it->second;
-  at::ScalarType compute = OpMathType(out);
+  at::ScalarType common = out;
   if (entry.type_from == TypeFrom::kInputs) {
-    compute = OpMathType(PromotedInputType(step, program).value_or(out));
+    common = PromotedInputType(step, program).value_or(out);
   }
+  const at::ScalarType compute = OpMathType(common);
   if (entry.float_only && !at::isFloatingType(compute)) {
     return std::nullopt;
   }
-  return PointwiseRule{entry.expr, compute};
+  PointwiseRule rule{entry.expr, compute};
+  if (entry.operands_in_common_dtype) {
+    rule.operand_dtype = common;
+  }
+  return rule;
 }
 
 std::optional<ViewRule> ViewRuleFor(const Step& step, const Program& program) {

@@ -24,6 +24,9 @@ struct PointwiseRule {
   // @name: the step attribute `name` as a literal.
   std::string expr;
   at::ScalarType compute = at::kFloat;
+  // Set: each operand is first cast to this dtype (ATen's common dtype), so
+  // a number meeting a half tensor is rounded to half before a comparison.
+  std::optional<at::ScalarType> operand_dtype;
 };
 
 // The rule for a pointwise step, or nullopt when the codegen cannot fuse it

@@ -55,6 +55,10 @@ at::Tensor CopyHostScalar(const at::Tensor& scalar) {
   return copy;
 }
 
+bool LazyFuseBackendData::is_wrapped_number() const {
+  return is_host_scalar() && value_.unsafeGetTensorImpl()->is_wrapped_number();
+}
+
 bool LazyFuseBackendData::is_host_scalar() const {
   if (pending_ != nullptr) {
     tensor();

@@ -37,6 +37,9 @@ class LazyFuseBackendData : public torch::lazy::BackendData {
 
   const at::Tensor& tensor() const;
   bool is_host_scalar() const;
+  // A host scalar holding a Python number or Scalar argument, which type
+  // promotion ranks below tensors of its category (BufferInfo::wrapped_number).
+  bool is_wrapped_number() const;
 
  private:
   // Filled from pending_ on the first read. LTC reads device data from the

@@ -8,6 +8,7 @@
 #include <sstream>
 #include <unordered_set>
 
+#include "ltc/backend_data.h"
 #include "ltc/ir_reuse.h"
 
 namespace lazyfuse {
@@ -34,12 +35,14 @@ torch::lazy::OpKind DeviceData::ClassOpKind() {
 }
 
 DeviceData::DeviceData(std::shared_ptr<torch::lazy::BackendData> data)
-    : LazyFuseNode(ClassOpKind(),
-                   /*operands=*/{},
-                   data->shape(),
-                   /*num_outputs=*/1,
-                   /*hash_seed=*/static_cast<uint32_t>(0x6c6664)),
+    : LazyFuseNode(
+          ClassOpKind(),
+          /*operands=*/{},
+          data->shape(),
+          /*num_outputs=*/1,
+          /*hash_seed=*/static_cast<uint32_t>(IsWrappedNumber(data) ? 0x6c6677 : 0x6c6664)),
       data_(std::move(data)),
+      wrapped_number_(IsWrappedNumber(data_)),
       last_used_step_(g_step.load(std::memory_order_relaxed)) {
   LiveNodes& live = Live();
   std::lock_guard<std::mutex> lock(live.mutex);
@@ -67,7 +70,13 @@ bool DeviceData::CanBeReused(const std::shared_ptr<torch::lazy::BackendData>& da
   if (data_ == data) {
     return true;
   }
-  return last_used_step_ < g_step.load(std::memory_order_relaxed) && shape() == data->shape();
+  return last_used_step_ < g_step.load(std::memory_order_relaxed) && shape() == data->shape() &&
+         wrapped_number_ == IsWrappedNumber(data);
+}
+
+bool DeviceData::IsWrappedNumber(const std::shared_ptr<torch::lazy::BackendData>& data) {
+  const auto* ours = dynamic_cast<const LazyFuseBackendData*>(data.get());
+  return ours != nullptr && ours->is_wrapped_number();
 }
 
 void DeviceData::MarkUsed() const {

@@ -47,7 +47,12 @@ class DeviceData : public LazyFuseNode {
   static const DeviceData* Cast(const torch::lazy::Node* node);
 
  private:
+  // A Python number promotes differently from a 0-dim tensor of its dtype
+  // (BufferInfo::wrapped_number), so the two hash apart and never share a node.
+  static bool IsWrappedNumber(const std::shared_ptr<torch::lazy::BackendData>& data);
+
   std::shared_ptr<torch::lazy::BackendData> data_;
+  bool wrapped_number_;
   mutable uint64_t last_used_step_;
 };
 

@@ -42,7 +42,10 @@ torch::lazy::Value ScalarIrValue(const at::Scalar& value,
     return torch::lazy::Value(torch::lazy::getIrBuilder()->MakeScalar(value, value.type()), 0);
   }
   // Without the dispatcher: this runs once per scalar argument of every op.
-  return HostScalarValue(at::detail::scalar_tensor_static(value, value.type(), at::kCPU), device);
+  // ATen wraps a Scalar argument as a wrapped number for type promotion.
+  at::Tensor host = at::detail::scalar_tensor_static(value, value.type(), at::kCPU);
+  host.unsafeGetTensorImpl()->set_wrapped_number(true);
+  return HostScalarValue(std::move(host), device);
 }
 
 torch::lazy::LazyTensorPtr GetLtcTensorOrWrapNumber(const at::Tensor& tensor,

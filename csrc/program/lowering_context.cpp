@@ -3,6 +3,7 @@
 #include <c10/util/Exception.h>
 #include <torch/csrc/lazy/core/metrics.h>
 
+#include "ltc/backend_data.h"
 #include "ltc/device_data.h"
 #include "ltc/node.h"
 
@@ -117,7 +118,9 @@ void LazyFuseLoweringContext::EmitParameter(const torch::lazy::Node* node,
   auto it = parameter_by_handle_.find(handle);
   if (it == parameter_by_handle_.end()) {
     const auto& shape = data->shape();
-    BufferId id = builder_.AddParameter(shape.scalar_type(), shape.sizes().vec());
+    const auto* ours = dynamic_cast<const LazyFuseBackendData*>(data.get());
+    BufferId id = builder_.AddParameter(
+        shape.scalar_type(), shape.sizes().vec(), ours != nullptr && ours->is_wrapped_number());
     it = parameter_by_handle_.emplace(handle, BoundParameter{id, parameters_.size()}).first;
     parameters_.push_back(data);
   }

@@ -60,7 +60,10 @@ void KernelArgs::overwrote(size_t input) {
 }
 
 at::Tensor KernelArgs::OnDevice(const at::Tensor& tensor) const {
-  if (device_.is_cpu() || !tensor.defined() || !tensor.is_cpu()) {
+  // A Python number stays a CPU wrapped number, as in eager: on the device
+  // it would promote as a 0-dim tensor (int_tensor + 2.5 in double).
+  if (device_.is_cpu() || !tensor.defined() || !tensor.is_cpu() ||
+      tensor.unsafeGetTensorImpl()->is_wrapped_number()) {
     return tensor;
   }
   return tensor.to(device_);
@@ -199,14 +202,18 @@ BufferId ProgramBuilder::AddBuffer(at::ScalarType dtype, std::vector<int64_t> si
   return static_cast<BufferId>(program_.buffers.size() - 1);
 }
 
-BufferId ProgramBuilder::AddParameter(at::ScalarType dtype, std::vector<int64_t> sizes) {
+BufferId ProgramBuilder::AddParameter(at::ScalarType dtype,
+                                      std::vector<int64_t> sizes,
+                                      bool wrapped_number) {
   BufferId id = AddBuffer(dtype, std::move(sizes));
+  program_.buffers[id].wrapped_number = wrapped_number;
   program_.parameters.push_back(id);
   return id;
 }
 
 BufferId ProgramBuilder::AddConstant(at::Tensor value) {
   BufferId id = AddBuffer(value.scalar_type(), value.sizes().vec());
+  program_.buffers[id].wrapped_number = value.unsafeGetTensorImpl()->is_wrapped_number();
   program_.constants.emplace_back(id, std::move(value));
   return id;
 }

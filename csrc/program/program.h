@@ -30,6 +30,10 @@ int64_t ShapeNumel(const std::vector<int64_t>& shape);
 struct BufferInfo {
   at::ScalarType dtype = at::kFloat;
   std::vector<int64_t> sizes;
+  // A Python number or Scalar argument (a 0-dim wrapped number): ATen's type
+  // promotion ranks it below every tensor of its category, so a float number
+  // meets an integer tensor in the default dtype, not in double.
+  bool wrapped_number = false;
 };
 
 // Reads a step's inputs in schema order. Generated lowerings consume it with
@@ -38,8 +42,9 @@ struct BufferInfo {
 // `device` is where the step's ATen kernels run. Host scalars (0-dim values
 // kept on the CPU, see LazyFuseBackendData) are tensors of the lazy device to
 // the user, so tensor arguments come on `device`: index_select, bucketize and
-// many more reject a CPU tensor beside CUDA ones. Fused kernels take scalars
-// by value and read them in place through host_tensor().
+// many more reject a CPU tensor beside CUDA ones; Python numbers stay CPU
+// wrapped numbers, as in eager. Fused kernels take scalars by value and read
+// them in place through host_tensor().
 class KernelArgs {
  public:
   KernelArgs(const std::vector<at::Tensor>& slots,
@@ -136,7 +141,9 @@ void ComputeLifetimes(Program& program);
 class ProgramBuilder {
  public:
   BufferId AddBuffer(at::ScalarType dtype, std::vector<int64_t> sizes);
-  BufferId AddParameter(at::ScalarType dtype, std::vector<int64_t> sizes);
+  BufferId AddParameter(at::ScalarType dtype,
+                        std::vector<int64_t> sizes,
+                        bool wrapped_number = false);
   BufferId AddConstant(at::Tensor value);
   void AddStep(Step step);
   size_t AddResult(BufferId buffer);
