@@ -15,6 +15,8 @@ typedef unsigned short lf_half;
 typedef unsigned short lf_bf16;
 // CUDA eager's pow(x, 3) and pow(x, -2) on half round every product.
 #define LF_HALF_POW_ROUNDS_EACH_PRODUCT 1
+// CUDA eager's maximum and relu are fmaxf: its choice between +0 and -0.
+#define LF_ZERO_TIES_AS_FMAX 1
 #define LF_INF (__int_as_float(0x7f800000))
 #define LF_DINF (__longlong_as_double(0x7ff0000000000000LL))
 // Row loops stride by a compile-time block size; unrolled, a thread keeps
@@ -150,20 +152,44 @@ __device__ __forceinline__ bool lf_abs(bool x) { return x; }
 template <typename T> __device__ __forceinline__ T lf_sign(T x) {
   return (T)((x > (T)0) - (x < (T)0));
 }
+// The larger (smaller) of two numbers that are not NaN. Which zero a tie of
+// +0 and -0 gives is eager's: CUDA eager's maximum, minimum, relu and clamp
+// call ::max and ::min (fmaxf, fminf); CPU eager keeps the first operand.
+// Each target's prelude says which it matches (LF_ZERO_TIES_AS_FMAX).
+template <typename T> __device__ __forceinline__ T lf_max_number(T a, T b) {
+  return b > a ? b : a;
+}
+template <typename T> __device__ __forceinline__ T lf_min_number(T a, T b) {
+  return b < a ? b : a;
+}
+#if LF_ZERO_TIES_AS_FMAX
+__device__ __forceinline__ float lf_max_number(float a, float b) { return fmaxf(a, b); }
+__device__ __forceinline__ double lf_max_number(double a, double b) { return fmax(a, b); }
+__device__ __forceinline__ float lf_min_number(float a, float b) { return fminf(a, b); }
+__device__ __forceinline__ double lf_min_number(double a, double b) { return fmin(a, b); }
+#endif
 template <typename T> __device__ __forceinline__ T lf_relu(T x) {
-  return (lf_isnan(x) || x > (T)0) ? x : (T)0;
+  return lf_isnan(x) ? x : lf_max_number(x, (T)0);
 }
 template <typename T> __device__ __forceinline__ T lf_maximum(T a, T b) {
-  return lf_isnan(a) ? a : (lf_isnan(b) ? b : (a > b ? a : b));
+  return lf_isnan(a) ? a : (lf_isnan(b) ? b : lf_max_number(a, b));
 }
 template <typename T> __device__ __forceinline__ T lf_minimum(T a, T b) {
-  return lf_isnan(a) ? a : (lf_isnan(b) ? b : (a < b ? a : b));
+  return lf_isnan(a) ? a : (lf_isnan(b) ? b : lf_min_number(a, b));
 }
 template <typename T> __device__ __forceinline__ T lf_clamp_min(T x, T lo) {
-  return lf_isnan(lo) ? lo : (x < lo ? lo : x);
+  return lf_isnan(lo) ? lo : (lf_isnan(x) ? x : lf_max_number(x, lo));
 }
 template <typename T> __device__ __forceinline__ T lf_clamp_max(T x, T hi) {
-  return lf_isnan(hi) ? hi : (x > hi ? hi : x);
+  return lf_isnan(hi) ? hi : (lf_isnan(x) ? x : lf_min_number(x, hi));
+}
+// Reductions (amax, amin) keep the value they have on a tie, on every
+// target: eager's reductions combine with std::max and std::min.
+template <typename T> __device__ __forceinline__ T lf_max_combine(T a, T b) {
+  return lf_isnan(a) ? a : (lf_isnan(b) ? b : (a < b ? b : a));
+}
+template <typename T> __device__ __forceinline__ T lf_min_combine(T a, T b) {
+  return lf_isnan(a) ? a : (lf_isnan(b) ? b : (b < a ? b : a));
 }
 template <typename T> __device__ __forceinline__ T lf_lerp(T a, T b, T w) {
   return lf_abs(w) < (T)0.5 ? a + w * (b - a) : b - (b - a) * ((T)1 - w);
@@ -197,12 +223,12 @@ struct lf_sum_op {
 };
 struct lf_max_op {
   template <typename T> __device__ __forceinline__ T operator()(T a, T b) const {
-    return lf_maximum(a, b);
+    return lf_max_combine(a, b);
   }
 };
 struct lf_min_op {
   template <typename T> __device__ __forceinline__ T operator()(T a, T b) const {
-    return lf_minimum(a, b);
+    return lf_min_combine(a, b);
   }
 };
 

@@ -25,6 +25,9 @@ constexpr const char* kEmulatedTarget = R"CPP(
   // Emulated kernels are checked against CPU eager, whose pow(x, 3) on half
   // rounds once (see lf_pow_scalar_half).
 #define LF_HALF_POW_ROUNDS_EACH_PRODUCT 0
+  // and whose maximum, minimum and relu keep the first operand on a tie of
+  // +0 and -0 (see lf_max_number).
+#define LF_ZERO_TIES_AS_FMAX 0
 #define LF_UNROLL
 #define __global__
 #define __device__

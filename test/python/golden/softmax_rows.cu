@@ -13,7 +13,7 @@ extern "C" __global__ void lf_reduction_softmax(const float* __restrict__ in0, f
         const int c = lf_cv * 4 + j;
         const int p2 = row * 256 + c;
         lf_row[c] = ((float)vi0.e[j]);
-        a1 = lf_maximum(a1, lf_row[c]);
+        a1 = lf_max_combine(a1, lf_row[c]);
       }
     }
     a1 = lf_block_reduce(a1, lf_max_op(), lf_smem);
