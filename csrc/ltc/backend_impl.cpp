@@ -212,7 +212,7 @@ class LazyFuseBackendImpl : public torch::lazy::BackendImplInterface {
       if (!run->overwrote_parameter) {
         throw;  // nothing overwritten: the sync puts the tensors' IR back
       }
-      FailAfterOverwrites(std::current_exception());
+      FailAfterOverwrites(std::current_exception(), /*values_lost=*/!run->lost.empty());
       auto finished = std::make_shared<FinishLater>(std::move(run));
       for (size_t i = 0; i < program->results.size(); ++i) {
         const BufferInfo& info = program->buffers[program->results[i]];

@@ -28,8 +28,9 @@ bool GraphMayOverwrite(const torch::lazy::BackendDataPtr& data);
 
 // The graph failed after it had overwritten some of its parameters, so it was
 // not rolled back: its results wait for it to be finished (see
-// LazyFuseBackendData). The sync returns, then raises `error`.
-void FailAfterOverwrites(std::exception_ptr error);
+// LazyFuseBackendData), or, with `values_lost` (the failing step had written
+// over its own inputs), raise when read. The sync returns, then raises `error`.
+void FailAfterOverwrites(std::exception_ptr error, bool values_lost);
 
 class LazyFuseGraphExecutor : public torch::lazy::LazyGraphExecutor {
  public:

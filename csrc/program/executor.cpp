@@ -44,6 +44,7 @@ ProgramRun StartProgram(std::shared_ptr<const Program> program,
 }
 
 std::vector<at::Tensor> ContinueProgram(ProgramRun& run) {
+  TORCH_CHECK(run.lost.empty(), run.lost);
   TORCH_LAZY_TIMED("LazyFuseExecute");
   const Program& program = *run.program;
   std::vector<at::Tensor>& slots = run.slots;
@@ -58,9 +59,22 @@ std::vector<at::Tensor> ContinueProgram(ProgramRun& run) {
     std::vector<BufferId> overwritten;
     args.AllowOverwrites(run.owned, program.release_after[i], &overwritten);
     std::vector<at::Tensor> outs;
+    const auto count_overwrites = [&] {
+      for (BufferId id : overwritten) {
+        if (run.donated[id] != 0) {
+          run.overwrote_parameter = true;
+          TORCH_LAZY_COUNTER("LazyFuseDonatedParameters", 1);
+        }
+      }
+    };
     try {
       outs = step.fn(args);
     } catch (const c10::OutOfMemoryError& error) {
+      count_overwrites();
+      if (!overwritten.empty()) {
+        run.lost = std::string("lazyfuse: ") + step.op +
+                   " ran out of memory after writing over its inputs";
+      }
       TORCH_CHECK_WITH(OutOfMemoryError,
                        false,
                        "lazyfuse: ",
@@ -75,23 +89,19 @@ std::vector<at::Tensor> ContinueProgram(ProgramRun& run) {
       const std::string what = error.what();
       const bool out_of_memory = what.find("can't allocate memory") != std::string::npos ||
                                  what.find("out of memory") != std::string::npos;
-      TORCH_CHECK(false,
-                  "lazyfuse: ",
-                  step.op,
-                  " (step ",
-                  i,
-                  " of the graph) failed on ",
-                  BackingDevice(),
-                  out_of_memory ? " (out of memory)" : "",
-                  ": ",
-                  what.substr(0, what.find("\nException raised from")));
-    }
-    for (BufferId id : overwritten) {
-      if (run.donated[id] != 0) {
-        run.overwrote_parameter = true;
-        TORCH_LAZY_COUNTER("LazyFuseDonatedParameters", 1);
+      const std::string message = "lazyfuse: " + step.op + " (step " + std::to_string(i) +
+                                  " of the graph) failed on " + BackingDevice().str() +
+                                  (out_of_memory ? " (out of memory)" : "") + ": " +
+                                  what.substr(0, what.find("\nException raised from"));
+      count_overwrites();
+      if (!overwritten.empty()) {
+        run.lost = "lazyfuse: this value was lost. " + message +
+                   "\nThat step had begun writing over its inputs' memory (buffer donation), so "
+                   "it cannot run again.";
       }
+      TORCH_CHECK(false, message);
     }
+    count_overwrites();
     TORCH_CHECK(outs.size() == step.outputs.size(),
                 "lazyfuse: ",
                 step.op,

@@ -23,6 +23,9 @@ struct ProgramRun {
   std::vector<uint8_t> donated;  // by buffer: a donated parameter
   size_t next_step = 0;
   bool overwrote_parameter = false;
+  // Set when a step failed after writing over one of its inputs: it cannot
+  // run again, so the run cannot be finished. Says why.
+  std::string lost;
 };
 
 // `donated[k]`: nothing outside this run reads parameter k's memory, so a
@@ -32,7 +35,8 @@ ProgramRun StartProgram(std::shared_ptr<const Program> program,
                         const std::vector<bool>& donated);
 
 // Runs the steps left and returns the program's results. A failing step
-// leaves the run at that step, ready to be continued.
+// leaves the run at that step, ready to be continued, unless it had written
+// over an input (`lost`).
 std::vector<at::Tensor> ContinueProgram(ProgramRun& run);
 
 // Runs `program` from start to end, donating no parameter.

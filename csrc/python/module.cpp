@@ -240,7 +240,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("_inject_kernel_faults",
         &InjectKernelFaultsForTesting,
         py::arg("enabled"),
-        py::arg("after_launches") = 0);
+        py::arg("after_launches") = 0,
+        py::arg("after_writing") = false);
   m.def("_launch_emulated_source",
         &LaunchEmulatedSource,
         py::arg("source"),

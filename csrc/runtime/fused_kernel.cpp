@@ -75,7 +75,13 @@ bool IsHostScalar(const at::Tensor& tensor) {
 }
 
 std::atomic<bool> g_inject_faults{false};
+std::atomic<bool> g_faults_after_launch{false};
 std::atomic<int> g_launches_before_faults{0};
+
+// Whether this launch is one InjectKernelFaultsForTesting makes fail.
+bool InjectedFault() {
+  return g_inject_faults.load() && g_launches_before_faults.fetch_sub(1) <= 0;
+}
 
 std::string FusedStepName(const Program& program, const FusionGroup& group) {
   std::string name = "lazyfuse::fused(";
@@ -197,8 +203,9 @@ const FusedKernel::Variant& FusedKernel::VariantFor(const KernelSignature& signa
   return *variants_.back();
 }
 
-void InjectKernelFaultsForTesting(bool enabled, int after_launches) {
+void InjectKernelFaultsForTesting(bool enabled, int after_launches, bool after_writing) {
   g_launches_before_faults = after_launches;
+  g_faults_after_launch = after_writing;
   g_inject_faults = enabled;
 }
 
@@ -209,7 +216,8 @@ std::vector<at::Tensor> FusedKernel::Launch(const std::vector<at::Tensor>& input
                                             const std::vector<bool>& may_overwrite,
                                             std::vector<bool>* overwritten) {
   TORCH_LAZY_TIMED("LazyFuseKernelLaunch");
-  TORCH_CHECK(!g_inject_faults.load() || g_launches_before_faults.fetch_sub(1) > 0,
+  const bool inject = InjectedFault();
+  TORCH_CHECK(!inject || g_faults_after_launch.load(),
               "injected kernel fault (InjectKernelFaultsForTesting)");
   const Variant* cached = last_variant_.load(std::memory_order_acquire);
   if (cached == nullptr || !Matches(cached->signature, inputs)) {
@@ -234,18 +242,8 @@ std::vector<at::Tensor> FusedKernel::Launch(const std::vector<at::Tensor>& input
     const BufferInfo& info = program_->buffers[group_.outputs[j]];
     outputs.push_back(target_->NewOutput(info.sizes, info.dtype));
   }
-  const auto report_taken = [&] {
-    if (taken.empty()) {
-      return;
-    }
-    for (size_t k : taken) {
-      (*overwritten)[k] = true;
-    }
-    TORCH_LAZY_COUNTER("LazyFuseInPlaceOutputs", static_cast<int64_t>(taken.size()));
-  };
   if (source.work_items == 0) {
-    report_taken();
-    return outputs;
+    return outputs;  // nothing written: no input was overwritten
   }
   std::vector<ArgSlot> slots;
   for (size_t k = 0; k < inputs.size(); ++k) {
@@ -288,6 +286,14 @@ std::vector<at::Tensor> FusedKernel::Launch(const std::vector<at::Tensor>& input
     params.push_back(&slot);
   }
   const LaunchConfig config = ComputeLaunch(source, target_->limits());
+  // From the launch on, the kernel may have written over the inputs it
+  // takes, whatever happens next (Run refuses the ATen fallback then).
+  for (size_t k : taken) {
+    (*overwritten)[k] = true;
+  }
+  if (!taken.empty()) {
+    TORCH_LAZY_COUNTER("LazyFuseInPlaceOutputs", static_cast<int64_t>(taken.size()));
+  }
   for (int phase = 0; phase < source.launches; ++phase) {
     if (source.launches > 1) {
       slots.back().i32 = phase;  // the driver copies parameters at the call
@@ -297,7 +303,7 @@ std::vector<at::Tensor> FusedKernel::Launch(const std::vector<at::Tensor>& input
         *variant.loaded, source, config, params.data(), LaunchTensors{inputs, outputs, workspace});
   }
   TORCH_LAZY_COUNTER("LazyFuseKernelLaunches", source.launches);
-  report_taken();
+  TORCH_CHECK(!inject, "injected kernel fault after the launch (InjectKernelFaultsForTesting)");
   return outputs;
 }
 
@@ -337,6 +343,10 @@ std::vector<at::Tensor> FusedKernel::RunAtenSteps(const std::vector<at::Tensor>&
 std::vector<at::Tensor> FusedKernel::Run(const std::vector<at::Tensor>& inputs,
                                          const std::vector<bool>& may_overwrite,
                                          std::vector<bool>* overwritten) {
+  if (failed_after_writing_.load() && !strict_) {
+    TORCH_LAZY_COUNTER("LazyFuseKernelFallbacks", 1);
+    return RunAtenSteps(inputs);  // its last failure cost values; no more launches
+  }
   try {
     return Launch(inputs, may_overwrite, overwritten);
   } catch (const c10::OutOfMemoryError&) {
@@ -345,6 +355,21 @@ std::vector<at::Tensor> FusedKernel::Run(const std::vector<at::Tensor>& inputs,
     std::string what = error.what();
     what = what.substr(0, what.find("\nException raised from"));
     const std::string name = FusedStepName(*program_, group_);
+    // Inputs the kernel wrote over no longer hold what the ATen steps read.
+    const size_t written =
+        overwritten == nullptr ? 0 : std::count(overwritten->begin(), overwritten->end(), true);
+    if (written > 0) {
+      failed_after_writing_ = true;
+      TORCH_CHECK(false,
+                  "lazyfuse: fused kernel ",
+                  name,
+                  " failed on the ",
+                  target_->dialect().name,
+                  " target after it began writing its results over ",
+                  written,
+                  " of its inputs (buffer donation), so its ATen steps cannot run instead: ",
+                  what);
+    }
     TORCH_CHECK(!strict_,
                 "lazyfuse: fused kernel ",
                 name,
@@ -422,12 +447,22 @@ Program BuildFusedProgram(std::shared_ptr<const Program> program,
         may_overwrite[k] = args.may_overwrite(k);
       }
       std::vector<bool> overwritten(count, false);
-      std::vector<at::Tensor> outputs = kernel->Run(inputs, may_overwrite, &overwritten);
-      for (size_t k = 0; k < count; ++k) {
-        if (overwritten[k]) {
-          args.overwrote(k);
+      // Reported on failure too: the run then knows what it can no longer redo.
+      const auto report = [&] {
+        for (size_t k = 0; k < count; ++k) {
+          if (overwritten[k]) {
+            args.overwrote(k);
+          }
         }
+      };
+      std::vector<at::Tensor> outputs;
+      try {
+        outputs = kernel->Run(inputs, may_overwrite, &overwritten);
+      } catch (...) {
+        report();
+        throw;
       }
+      report();
       return outputs;
     };
     out.steps.push_back(std::move(step));

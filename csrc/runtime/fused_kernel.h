@@ -36,7 +36,9 @@ class FusedKernel {
 
   // `may_overwrite[k]`: input k's memory is the run's to give away; an
   // output planned in place of it (InPlaceInputs) then takes it, and
-  // `overwritten[k]` says so.
+  // `overwritten[k]` says so, from the launch on: also when Run throws. A
+  // kernel that fails after taking an input raises rather than running its
+  // ATen steps from the overwritten memory.
   std::vector<at::Tensor> Run(const std::vector<at::Tensor>& inputs,
                               const std::vector<bool>& may_overwrite,
                               std::vector<bool>* overwritten);
@@ -84,12 +86,16 @@ class FusedKernel {
   std::vector<std::unique_ptr<Variant>> variants_;
   std::atomic<const Variant*> last_variant_{nullptr};
   bool warned_ = false;
+  // A launch failed after writing over inputs: without strict kernels, later
+  // runs take the ATen steps.
+  std::atomic<bool> failed_after_writing_{false};
 };
 
 // Makes every kernel launch from now on, after the first `after_launches`,
 // fail as a codegen bug would, so tests can see the fallback and the strict
-// error. Off by default.
-void InjectKernelFaultsForTesting(bool enabled, int after_launches = 0);
+// error: before the launch, or with `after_writing` once it ran (as a CUDA
+// error reported late would). Off by default.
+void InjectKernelFaultsForTesting(bool enabled, int after_launches = 0, bool after_writing = false);
 
 // The Program a kernel target runs: every fused group of `plan` becomes one
 // step that launches its kernel; ATen groups keep their step. `kernels`
