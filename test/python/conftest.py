@@ -49,6 +49,21 @@ def fused_kernels() -> Iterator[None]:
             yield
 
 
+@pytest.fixture(params=["aten", "fused"])
+def engine(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A test twice: ATen steps only, and fused kernels (natively on a GPU,
+    else emulated), strict. On a GPU both run fused kernels: the CUDA
+    backing device always fuses."""
+    if request.param == "aten":
+        with lazyfuse.config.kernel_settings_as(emulate_cuda=False):
+            yield request.param
+        return
+    if not (ON_CUDA or HOST_COMPILER):
+        pytest.skip(NO_FUSED_KERNELS)
+    with lazyfuse.config.kernel_settings_as(emulate_cuda=not ON_CUDA, strict=True):
+        yield request.param
+
+
 def graphs_executed() -> int:
     return lazyfuse.metrics.counter_value(lazyfuse.metrics.GRAPHS_EXECUTED)
 

@@ -6,7 +6,6 @@ Each case is checked against the same op in eager."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -76,19 +75,9 @@ def checked_scale(x: torch.Tensor, factor: float) -> torch.Tensor:
     return out
 
 
-@pytest.fixture(params=["aten", "fused"])
-def kernels(request: pytest.FixtureRequest) -> Iterator[None]:
+@pytest.fixture
+def kernels(engine: str) -> None:
     """ATen steps only, and fused kernels (on a GPU, or emulated)."""
-    from conftest import HOST_COMPILER, NO_FUSED_KERNELS, ON_CUDA
-
-    if request.param == "aten":
-        with lazyfuse.config.kernel_settings_as(emulate_cuda=False):
-            yield
-        return
-    if not (ON_CUDA or HOST_COMPILER):
-        pytest.skip(NO_FUSED_KERNELS)
-    with lazyfuse.config.kernel_settings_as(emulate_cuda=not ON_CUDA, strict=True):
-        yield
 
 
 def test_custom_op_writing_into_views_matches_eager(lazy: torch.device, kernels: None) -> None:

@@ -245,6 +245,39 @@ def test_failure_after_an_in_place_write_keeps_every_value(
     torch.testing.assert_close(p.cpu(), host_p * 3 + 2)
 
 
+@pytest.mark.parametrize("strict", [True, False], ids=["strict", "fallback"])
+def test_failure_after_a_kernel_began_writing_over_its_input(strict: bool) -> None:
+    """A kernel that fails once it may have written over an input (a CUDA
+    error reported late) must not be rerun, nor replaced by its ATen steps:
+    they would read the half-overwritten input. The values are lost, and said
+    to be; the process goes on."""
+    torch.manual_seed(0)
+    host_p = torch.randn(64)
+    p = host_p.to(lazyfuse.lazy_device())
+    lazyfuse.mark_step()
+    with lazyfuse.config.kernel_settings_as(strict=strict):
+        p.mul_(3).add_(1)
+        lazyfuse._C._inject_kernel_faults(True, after_writing=True)
+        try:
+            with pytest.raises(RuntimeError, match="values this graph computes are lost"):
+                lazyfuse.mark_step()
+        finally:
+            lazyfuse._C._inject_kernel_faults(False)
+        assert donated() == 1
+        assert lazyfuse.metrics.counter_value("LazyFuseKernelFallbacks") == 0
+        for _ in range(2):
+            with pytest.raises(RuntimeError, match="this value was lost.*began writing"):
+                p.cpu()
+        # The process stays usable, and so does the same graph.
+        p = host_p.to(lazyfuse.lazy_device())
+        p.mul_(3).add_(1)
+        lazyfuse.mark_step()
+        torch.testing.assert_close(p.cpu(), host_p * 3 + 1)
+        # Without strict kernels, the kernel that failed that way no longer runs.
+        fallbacks = lazyfuse.metrics.counter_value("LazyFuseKernelFallbacks")
+        assert fallbacks == (0 if strict else 1)
+
+
 def test_failure_before_any_in_place_write_rolls_back() -> None:
     p, g = lazy_pair()
     expected = p.cpu() + g.cpu()
