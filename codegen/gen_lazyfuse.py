@@ -23,10 +23,10 @@ from pathlib import Path
 import torchgen
 import torchgen.gen_lazy_tensor as gen_lazy_tensor
 from torchgen.api.lazy import LazyArgument, LazyIrSchema, isValueType, tensorListValueT
-from torchgen.api.types import BaseCType, OptionalCType
-from torchgen.dest.lazy_ir import GenLazyIR, GenLazyNativeFuncDefinition
+from torchgen.api.types import BaseCType, DispatcherSignature, NativeSignature, OptionalCType
+from torchgen.dest.lazy_ir import GenLazyIR, GenLazyNativeFuncDefinition, gen_fallback_code
 from torchgen.gen import parse_native_yaml
-from torchgen.model import NativeFunction
+from torchgen.model import BackendMetadata, NativeFunction
 
 ATEN_PATH = os.path.join(os.path.dirname(torchgen.__file__), "packaged", "ATen")
 
@@ -258,6 +258,20 @@ class GenLazyFuseNativeFuncDefinition(GenLazyNativeFuncDefinition):
             "lazyfuse::GetLtcTensorOrWrapNumber(",
         )
         return "\n        ".join(checks + [self.dtype_probe(func, schema), decls])
+
+    def force_eager_fallback(
+        self,
+        func: NativeFunction,
+        schema: LazyIrSchema,
+        metadata: BackendMetadata,
+        sig: DispatcherSignature | NativeSignature,
+    ) -> str:
+        """torch._lazy.config.set_force_fallback("aten::sub") runs that op
+        eagerly, LTC's way to bisect a wrong result. torchgen's own version
+        calls the TorchScript backend's fallback; this one calls lazyfuse's."""
+        code = gen_fallback_code(schema, sig, overload_name=func.func.name.overload_name)
+        code = code.replace("force_eager_fallback(", "lazyfuse::ForcedEagerFallback(")
+        return code.replace("&ltc_eager_fallback", "&lazyfuse::LazyFuseEagerFallback")
 
     def dtype_probe(self, func: NativeFunction, schema: LazyIrSchema) -> str:
         """Meta kernels of opaque ops (mm, conv, ...) do not check dtypes; eager

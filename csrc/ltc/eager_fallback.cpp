@@ -3,6 +3,7 @@
 #include <ATen/Functions.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/Exception.h>
+#include <torch/csrc/lazy/core/config.h>
 #include <torch/csrc/lazy/core/metrics.h>
 #include <torch/csrc/lazy/core/tensor.h>
 #include <torch/library.h>
@@ -28,9 +29,11 @@ void CountFallback(const c10::OperatorHandle& op) {
     if (it == counters.end()) {
       // "aten::<name>" is the key users look up; the first use also warns.
       it = counters.emplace(name, new torch::lazy::Counter(name)).first;
+      const bool forced = torch::lazy::getLTCForceFallback() == op.operator_name().name;
       TORCH_WARN("lazyfuse: ",
                  name,
-                 " has no lazy lowering and runs eagerly on ",
+                 forced ? " runs eagerly, as torch._lazy.config.set_force_fallback asks, on "
+                        : " has no lazy lowering and runs eagerly on ",
                  BackingDevice(),
                  " (copy in, run, copy out). This splits the graph; see lazyfuse.metrics.");
     }
@@ -93,6 +96,45 @@ void RefuseViews(const c10::FunctionSchema& schema) {
                 "eager execution because writes through it would be lost",
                 hint);
   }
+}
+
+const char* LayoutAdvice() {
+  return " are not supported on the lazy device. Keep them on the CPU or a GPU, or make them "
+         "dense (.to_dense(), .dequantize(), .to_padded_tensor()) before moving them to the "
+         "lazy device";
+}
+
+// Results must be plain strided tensors: a lazy tensor is nothing else.
+void RefuseNonStridedResult(const c10::FunctionSchema& schema, const at::Tensor& result) {
+  if (!result.defined()) {
+    return;
+  }
+  TORCH_CHECK(result.layout() == c10::kStrided,
+              "lazyfuse: ",
+              schema.name(),
+              " returns a tensor of layout ",
+              result.layout(),
+              "; sparse and other non-strided layouts",
+              LayoutAdvice());
+  TORCH_CHECK(!result.is_quantized() && !result.is_nested(),
+              "lazyfuse: ",
+              schema.name(),
+              " returns a ",
+              result.is_quantized() ? "quantized" : "nested",
+              " tensor; quantized and nested tensors",
+              LayoutAdvice());
+}
+
+// The kernel of the Lazy backend's sparse, sparse compressed, quantized and
+// nested-tensor dispatch keys: an op that would make or read such a lazy
+// tensor says so, instead of the dispatcher's "could not run".
+void RefuseLayout(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack*) {
+  const char* what = keys.has(c10::DispatchKey::SparseLazy) ? "Sparse tensors (torch.sparse_coo)"
+                     : keys.has(c10::DispatchKey::SparseCsrLazy) ? "Sparse compressed tensors "
+                                                                   "(torch.sparse_csr and friends)"
+                     : keys.has(c10::DispatchKey::QuantizedLazy) ? "Quantized tensors"
+                                                                 : "Nested tensors";
+  TORCH_CHECK(false, "lazyfuse: ", op.schema().name(), ": ", what, LayoutAdvice());
 }
 
 }  // namespace
@@ -164,15 +206,22 @@ void LazyFuseEagerFallback(const c10::OperatorHandle& op, torch::jit::Stack* sta
     }
     if (result.isTensor()) {
       const at::Tensor& t = result.toTensor();
+      RefuseNonStridedResult(schema, t);
       result = c10::IValue(t.defined() ? t.to(lazy_device) : t);
     } else if (result.isTensorList()) {
       std::vector<at::Tensor> list = result.toTensorList().vec();
       for (auto& t : list) {
+        RefuseNonStridedResult(schema, t);
         t = t.to(lazy_device);
       }
       result = c10::IValue(c10::List<at::Tensor>(list));
     }
   }
+}
+
+bool ForcedEagerFallback(c10::Symbol op) {
+  const std::string& forced = torch::lazy::getLTCForceFallback();
+  return !forced.empty() && forced == op.toQualString();
 }
 
 void SetViewRefusedBelowFunctionalizationHook(void (*hook)()) {
@@ -183,6 +232,14 @@ void RegisterEagerFallback() {
   static auto library = std::make_unique<torch::Library>(
       torch::Library::IMPL, "_", c10::DispatchKey::Lazy, __FILE__, __LINE__);
   library->fallback(torch::CppFunction::makeFromBoxedFunction<&LazyFuseEagerFallback>());
+  for (const c10::DispatchKey key : {c10::DispatchKey::SparseLazy,
+                                     c10::DispatchKey::SparseCsrLazy,
+                                     c10::DispatchKey::QuantizedLazy,
+                                     c10::DispatchKey::NestedTensorLazy}) {
+    // Leaked on purpose: registrations must outlive every dispatcher call.
+    auto* layouts = new torch::Library(torch::Library::IMPL, "_", key, __FILE__, __LINE__);
+    layouts->fallback(torch::CppFunction::makeFromBoxedFunction<&RefuseLayout>());
+  }
 }
 
 }  // namespace lazyfuse

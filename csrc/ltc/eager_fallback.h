@@ -12,6 +12,14 @@ namespace lazyfuse {
 
 void LazyFuseEagerFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
+// Whether torch._lazy.config.set_force_fallback (LTC_FORCE_FALLBACK) names
+// `op` ("aten::sub" covers every overload): the generated lazy kernels then
+// take the eager fallback, LTC's way to bisect a wrong result. Read on every
+// call, so a new setting applies at once.
+bool ForcedEagerFallback(c10::Symbol op);
+
+// Also refuses, naming the op, what would make a sparse, quantized or nested
+// lazy tensor: a lazy tensor is strided.
 void RegisterEagerFallback();
 
 // Runs before a view is refused below functionalization; ops/ sets it, so

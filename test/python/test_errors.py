@@ -167,3 +167,53 @@ def test_out_of_memory_names_the_op_and_loses_nothing(lazy: torch.device) -> Non
     fresh = torch.arange(3.0).to(lazy) + 1
     lazyfuse.mark_step()
     torch.testing.assert_close(fresh.cpu(), torch.tensor([1.0, 2.0, 3.0]))
+
+
+LAYOUTS = {
+    "to_sparse": (lambda t: t.to_sparse(), "aten::_to_sparse returns a tensor of layout Sparse"),
+    "to_sparse_csr": (
+        lambda t: t.reshape(1, 3).to_sparse_csr(),
+        "aten::_to_sparse_csr returns a tensor of layout SparseCsr",
+    ),
+    "sparse_coo_tensor": (
+        lambda t: torch.sparse_coo_tensor(
+            torch.tensor([[0, 1]]), torch.ones(2), (3,), device=t.device
+        ),
+        "aten::_sparse_coo_tensor_with_dims_and_tensors: Sparse tensors",
+    ),
+    "sparse_cpu_to_lazy": (lambda t: torch.ones(3).to_sparse().to(t.device), "Sparse tensors"),
+    "sparse_mm": (
+        lambda t: torch.sparse.mm(torch.ones(2, 3).to_sparse(), t.reshape(3, 1)),
+        "aten::addmm: Sparse tensors",
+    ),
+    "quantize": (
+        lambda t: torch.quantize_per_tensor(t, 0.1, 0, torch.qint8),
+        "returns a quantized tensor",
+    ),
+    "nested_to_lazy": (
+        lambda t: torch.nested.nested_tensor([torch.ones(2), torch.ones(3)]).to(t.device),
+        "aten::_to_copy: Nested tensors",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LAYOUTS))
+def test_sparse_quantized_and_nested_tensors_are_refused_naming_the_op(
+    lazy: torch.device, case: str
+) -> None:
+    make, message = LAYOUTS[case]
+    survivor = torch.ones(3).to(lazy) + 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # fallback and deprecation warnings
+        with pytest.raises(
+            RuntimeError, match=f"lazyfuse: .*{message}.*not supported on the lazy device"
+        ):
+            make(torch.arange(3.0).to(lazy))
+    assert_still_usable(lazy, survivor, torch.full((3,), 2.0))
+
+
+def test_sparse_gradients_are_refused_naming_the_op(lazy: torch.device) -> None:
+    weight = torch.randn(5, 3).to(lazy).requires_grad_()
+    out = torch.nn.functional.embedding(torch.tensor([1, 2]).to(lazy), weight, sparse=True)
+    with pytest.raises(RuntimeError, match="Sparse tensors .* not supported on the lazy device"):
+        out.sum().backward()

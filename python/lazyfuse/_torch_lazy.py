@@ -1,0 +1,80 @@
+"""Makes torch._lazy's API safe on lazyfuse tensors.
+
+torch._lazy is LTC's public Python API. Most of it works on any backend, and
+so on lazyfuse: mark_step, wait_device_ops, metrics, config, step closures,
+the IR cache, debug dumps and graph hashes. A few bindings, though, belong to
+the TorchScript backend and cast lazyfuse's data to TorchScript's types
+unchecked, which crashes the process (torch._lazy.extract_compiled_graph
+calls one of them). Others dereference the lazy tensor of an argument that
+has none. Each is wrapped here so that it raises a clear error instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+
+_TORCHSCRIPT_ONLY = {
+    "_get_tensors_ts_device_data_node": "torch._lazy.computation.get_tensors_ts_device_data_node",
+    "_run_cached_graph": "torch._lazy.computation.run_cached_graph",
+    "_init": "torch._lazy.ts_backend.init",
+}
+# Bindings that read the lazy tensor behind each argument.
+_READS_LAZY_TENSORS = (
+    "_get_tensor_id",
+    "_get_tensors_text",
+    "_get_tensors_dot",
+    "_get_tensors_backend",
+    "_get_graph_hash",
+)
+
+
+def _refuse(python_name: str) -> Callable[..., Any]:
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(
+            f"{python_name} belongs to PyTorch's TorchScript lazy backend, but lazyfuse "
+            "owns the lazy device in this process, and one process has one lazy backend. "
+            "lazyfuse's own tools: lazyfuse.debug (graphs, fusion plans, kernels) and "
+            "lazyfuse.metrics."
+        )
+
+    refused.__name__ = python_name.rsplit(".", 1)[-1]
+    return refused
+
+
+def _tensors_of(args: tuple[Any, ...]) -> Iterable[Any]:
+    for arg in args:
+        if isinstance(arg, (list, tuple)):
+            yield from arg
+        else:
+            yield arg
+
+
+def _lazy_only(name: str, binding: Callable[..., Any]) -> Callable[..., Any]:
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        for value in _tensors_of(args):
+            if isinstance(value, torch.Tensor) and value.device.type != "lazy":
+                raise RuntimeError(
+                    f"torch._C._lazy.{name}: expected tensors on the lazy device, got one on "
+                    f"{value.device}; move it with .to(lazyfuse.lazy_device())"
+                )
+        return binding(*args, **kwargs)
+
+    checked.__name__ = name
+    checked.__wrapped__ = binding  # type: ignore[attr-defined]
+    return checked
+
+
+def install() -> None:
+    """Called once by ``import lazyfuse``."""
+    ts_backend = torch._C._lazy_ts_backend
+    for name, python_name in _TORCHSCRIPT_ONLY.items():
+        if hasattr(ts_backend, name):
+            setattr(ts_backend, name, _refuse(python_name))
+    lazy = torch._C._lazy
+    for name in _READS_LAZY_TENSORS:
+        binding = getattr(lazy, name, None)
+        if binding is not None and not hasattr(binding, "__wrapped__"):
+            setattr(lazy, name, _lazy_only(name, binding))
