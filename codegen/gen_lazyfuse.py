@@ -249,6 +249,10 @@ class GenLazyFuseNativeFuncDefinition(GenLazyNativeFuncDefinition):
                 continue
             # One overload set covers tensors, optional tensors and lists.
             checks.append(f'lazyfuse::CheckOnLazyDevice("{op}", "{arg.name}", {arg.name});')
+        tensors = schema.filtered_args(values=True, scalars=False)
+        if step_kind(str(func.func.name)) == "kView" and tensors:
+            # Note [Inference mode and functionalization] (ops/inference_mode.h)
+            checks.append(f"lazyfuse::NormalViewGuard normal_view({tensors[0].name});")
         decls = super().lazy_tensor_decls(func, schema)
         # Scalar operands take lazyfuse's path (lazyfuse_scalar_operands.h);
         # a torch whose torchgen spells these differently keeps LTC's.

@@ -14,6 +14,7 @@
 #include "ltc/ir_reuse.h"
 #include "ltc/node.h"
 #include "ops/device_checks.h"
+#include "ops/inference_mode.h"
 #include "ops/scalar_operands.h"
 #include "ops/shape_inference.h"
 #include "program/lowering_context.h"

@@ -99,6 +99,48 @@ bool IsFunctionalSchema(const c10::FunctionSchema& schema) {
   return true;
 }
 
+// The Functionalize kernel of a functional CompositeImplicitAutograd op,
+// reached only where autograd keys are excluded (inference mode). On lazy
+// tensors it decomposes the op above functionalization, as autograd's
+// dispatch would have (calling lazyfuse's own override there, if any);
+// Note [Inference mode and functionalization]. On other tensors it does what
+// functionalization's fallback does for such an op, so torch.compile and
+// torch.export see no change.
+void DecomposeFunctionalized(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const size_t num_arguments = op.schema().arguments().size();
+  bool lazy = false;
+  for (size_t i = stack->size() - num_arguments; i < stack->size(); ++i) {
+    const c10::IValue& value = (*stack)[i];
+    lazy = lazy ||
+           (value.isTensor() && value.toTensor().defined() && value.toTensor().device().is_lazy());
+  }
+  if (lazy && op.hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd)) {
+    const bool override = op.hasKernelForDispatchKey(c10::DispatchKey::AutogradLazy);
+    c10::Dispatcher::singleton().callBoxedForDispatchKey(
+        op,
+        override ? c10::DispatchKey::AutogradLazy : c10::DispatchKey::CompositeImplicitAutograd,
+        stack);
+    return;
+  }
+  for (size_t i = stack->size() - num_arguments; i < stack->size(); ++i) {
+    ForEachTensorIn((*stack)[i], FromFunctional);
+  }
+  {
+    c10::impl::ExcludeDispatchKeyGuard below(c10::DispatchKey::Functionalize);
+    op.callBoxed(stack);
+  }
+  const size_t num_returns = op.schema().returns().size();
+  for (size_t i = stack->size() - num_returns; i < stack->size(); ++i) {
+    ForEachTensorIn((*stack)[i], ToFunctional);
+  }
+}
+
+bool NeedsFunctionalizeDecomposition(const c10::OperatorHandle& op) {
+  return op.hasSchema() && IsFunctionalSchema(op.schema()) &&
+         op.hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd) &&
+         !op.hasKernelForDispatchKey(c10::DispatchKey::Functionalize);
+}
+
 // aten's composite kernels that take views are composed from lowered ops in
 // composite_functions.cpp; every other namespace is a library's.
 bool NeedsFunctionalizedComposite(const c10::OperatorHandle& op) {
@@ -134,18 +176,28 @@ class Registry final : public c10::OpRegistrationListener {
     size_t registered = 0;
     for (const c10::OperatorName& name : names) {
       std::optional<c10::OperatorHandle> op = c10::Dispatcher::singleton().findOp(name);
-      // Registering gives the op a Lazy kernel, so a name seen twice is skipped.
-      if (!op || !NeedsFunctionalizedComposite(*op)) {
-        continue;
+      // Registering gives the op the kernel it lacked, so a name seen twice
+      // is skipped.
+      if (op && NeedsFunctionalizedComposite(*op)) {
+        handles_.push_back(c10::Dispatcher::singleton().registerImpl(
+            name,
+            c10::DispatchKey::Lazy,
+            c10::KernelFunction::makeFromBoxedFunction<&RunFunctionalized>(),
+            std::nullopt,
+            nullptr,
+            "lazyfuse: composite kernel run with functionalization"));
+        ++registered;
       }
-      handles_.push_back(c10::Dispatcher::singleton().registerImpl(
-          name,
-          c10::DispatchKey::Lazy,
-          c10::KernelFunction::makeFromBoxedFunction<&RunFunctionalized>(),
-          std::nullopt,
-          nullptr,
-          "lazyfuse: composite kernel run with functionalization"));
-      ++registered;
+      if (op && NeedsFunctionalizeDecomposition(*op)) {
+        handles_.push_back(c10::Dispatcher::singleton().registerImpl(
+            name,
+            c10::DispatchKey::Functionalize,
+            c10::KernelFunction::makeFromBoxedFunction<&DecomposeFunctionalized>(),
+            std::nullopt,
+            nullptr,
+            "lazyfuse: CompositeImplicitAutograd decomposed above functionalization"));
+        ++registered;
+      }
     }
     return registered;
   }

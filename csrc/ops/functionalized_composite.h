@@ -12,6 +12,10 @@ namespace lazyfuse {
 // that runs the same composite kernel with functionalization re-applied,
 // so its views and writes are recorded as a user's would be.
 //
+// Also gives every functional CompositeImplicitAutograd op without one a
+// Functionalize kernel that decomposes it on lazy tensors: Note [Inference
+// mode and functionalization].
+//
 // Called once from the backend's init: covers the ops defined so far and
 // watches for new ones, which RegisterNewFunctionalizedComposites picks up.
 void RegisterFunctionalizedComposites();

@@ -19,6 +19,7 @@
 #include "ltc/graph_executor.h"
 #include "ops/device_checks.h"
 #include "ops/functionalized_composite.h"
+#include "ops/inference_mode.h"
 
 namespace lazyfuse {
 namespace {
@@ -262,6 +263,7 @@ namespace {
 template <typename Node>
 at::Tensor IdentityView(const at::Tensor& self, const char* op) {
   CheckOnLazyDevice(op, "self", self);
+  const NormalViewGuard normal_view(self);
   torch::lazy::LazyTensorPtr lazy_self = LazyOrNull(self);
   TORCH_INTERNAL_ASSERT(lazy_self);
   if (torch::lazy::BackendDataPtr data = lazy_self->CurrentDataHandle()) {
