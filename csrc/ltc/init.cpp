@@ -14,7 +14,7 @@
 #include "ops/amp_functions.h"
 #include "ops/autocast.h"
 #include "ops/functionalized_composite.h"
-#include "ops/split_functions.h"
+#include "ops/host_arguments.h"
 
 namespace at {
 // Generated into RegisterLazy.cpp by torchgen (backend_name "LazyFuse").
@@ -47,7 +47,7 @@ void InitLazyFuseBackend() {
     RegisterEagerFallback();
     RegisterAutocast();
     RegisterAmpFunctions();
-    RegisterSplitOverrides();
+    RegisterHostArgumentOverrides();
     RegisterFunctionalizedComposites();
   });
 }

@@ -3,13 +3,9 @@
 // which are lowered. ATen's own composite kernels would instead slice bare
 // lazy tensors through as_strided, which has no lowering.
 
-#include "ops/split_functions.h"
-
 #include <ATen/Functions.h>
 #include <ATen/WrapDimUtils.h>
-#include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/csrc/lazy/core/metrics.h>
-#include <torch/library.h>
 
 #include "generated/LazyNativeFunctions.h"
 
@@ -102,50 +98,6 @@ std::vector<at::Tensor> LazyNativeFunctions::unbind_copy(const at::Tensor& self,
     parts.push_back(at::select_copy(self, dim, i));
   }
   return parts;
-}
-
-namespace {
-
-// tensor_split with a tensor of split points. Eager insists the tensor is on
-// the CPU; a lazy one is read on the host first, because the split points
-// decide the result's shapes (counted as LazyFuseDataDependentSync, as a
-// boolean mask's nonzero is). The checks and their messages are eager's.
-std::vector<at::Tensor> TensorSplitByTensor(const at::Tensor& self,
-                                            const at::Tensor& indices_or_sections,
-                                            int64_t dim) {
-  at::Tensor host = indices_or_sections;
-  if (host.device().is_lazy()) {
-    TORCH_LAZY_COUNTER("LazyFuseDataDependentSync", 1);
-    host = host.cpu();
-  }
-  TORCH_CHECK(host.device().is_cpu(),
-              "tensor_split expected tensor_indices_or_sections to be on cpu, but it's on ",
-              host.device());
-  TORCH_CHECK(host.scalar_type() == at::kLong,
-              "tensor_split expected tensor_indices_or_sections to have dtype of long, but got ",
-              host.scalar_type());
-  TORCH_CHECK(host.dim() <= 1,
-              "tensor_split expected tensor_indices_or_sections to be a zero-dimensional or "
-              "one-dimensional tensor, but got a tensor with ",
-              host.dim(),
-              " dims");
-  if (host.dim() == 0) {
-    return at::tensor_split(self, host.item<int64_t>(), dim);
-  }
-  const at::Tensor contiguous = host.contiguous();
-  const int64_t* begin = contiguous.const_data_ptr<int64_t>();
-  return at::tensor_split(self, std::vector<int64_t>(begin, begin + contiguous.numel()), dim);
-}
-
-}  // namespace
-
-void RegisterSplitOverrides() {
-  // At the autograd key, above the composite kernel that holds eager's CPU
-  // check; the int overloads it calls record autograd as usual. Leaked on
-  // purpose: registrations must outlive every dispatcher call.
-  static auto* library = new torch::Library(
-      torch::Library::IMPL, "aten", c10::DispatchKey::AutogradLazy, __FILE__, __LINE__);
-  library->impl("tensor_split.tensor_indices_or_sections", TORCH_FN(TensorSplitByTensor));
 }
 
 }  // namespace lazyfuse

@@ -3,6 +3,7 @@ results and gradients, with no eager fallback."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -361,3 +362,34 @@ def test_tensor_split_points_keep_eager_checks(lazy: torch.device) -> None:
     with pytest.raises(RuntimeError, match="but got a tensor with 2 dims"):
         torch.tensor_split(x, torch.tensor([[1, 2]]).to(lazy))
     assert len(torch.tensor_split(x, torch.tensor([1, 4]).to(lazy))) == 3
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("lengths", ["cpu", "lazy", "tuple"])
+def test_ctc_loss_takes_length_tensors_where_eager_does(
+    lazy: torch.device, reduction: str, lengths: str
+) -> None:
+    """Eager takes input and target lengths as CPU tensors (cuDNN wants them
+    there); lazy log-probs must too, forward and backward."""
+    torch.manual_seed(0)
+    log_probs = torch.randn(10, 2, 5).log_softmax(2)
+    targets = torch.randint(1, 5, (2, 4))
+    input_lengths, target_lengths = torch.tensor([10, 9]), torch.tensor([4, 3])
+
+    def loss(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        probs = log_probs.detach().to(device).requires_grad_()
+        il, tl = input_lengths, target_lengths
+        if lengths == "lazy":
+            il, tl = il.to(device), tl.to(device)
+        elif lengths == "tuple":
+            il, tl = tuple(il.tolist()), tuple(tl.tolist())
+        out = F.ctc_loss(probs, targets.to(device), il, tl, reduction=reduction)
+        out.sum().backward()
+        return out, probs.grad
+
+    expected = loss(torch.device("cpu"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # _ctc_loss runs through the eager fallback
+        got = loss(lazy)
+    for g, e in zip(got, expected, strict=True):
+        torch.testing.assert_close(g.cpu(), e)

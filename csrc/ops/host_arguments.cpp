@@ -1,0 +1,86 @@
+#include "ops/host_arguments.h"
+
+#include <ATen/Functions.h>
+#include <ATen/ops/ctc_loss_native.h>
+#include <torch/csrc/lazy/core/metrics.h>
+#include <torch/library.h>
+
+#include <vector>
+
+namespace lazyfuse {
+namespace {
+
+// tensor_split with a tensor of split points. Eager insists the tensor is on
+// the CPU; a lazy one is read on the host first, because the split points
+// decide the result's shapes (counted as LazyFuseDataDependentSync, as a
+// boolean mask's nonzero is). The checks and their messages are eager's.
+std::vector<at::Tensor> TensorSplitByTensor(const at::Tensor& self,
+                                            const at::Tensor& indices_or_sections,
+                                            int64_t dim) {
+  at::Tensor host = indices_or_sections;
+  if (host.device().is_lazy()) {
+    TORCH_LAZY_COUNTER("LazyFuseDataDependentSync", 1);
+    host = host.cpu();
+  }
+  TORCH_CHECK(host.device().is_cpu(),
+              "tensor_split expected tensor_indices_or_sections to be on cpu, but it's on ",
+              host.device());
+  TORCH_CHECK(host.scalar_type() == at::kLong,
+              "tensor_split expected tensor_indices_or_sections to have dtype of long, but got ",
+              host.scalar_type());
+  TORCH_CHECK(host.dim() <= 1,
+              "tensor_split expected tensor_indices_or_sections to be a zero-dimensional or "
+              "one-dimensional tensor, but got a tensor with ",
+              host.dim(),
+              " dims");
+  if (host.dim() == 0) {
+    return at::tensor_split(self, host.item<int64_t>(), dim);
+  }
+  const at::Tensor contiguous = host.contiguous();
+  const int64_t* begin = contiguous.const_data_ptr<int64_t>();
+  return at::tensor_split(self, std::vector<int64_t>(begin, begin + contiguous.numel()), dim);
+}
+
+// The values of a CPU tensor of lengths, checked as eager's fast path does.
+std::vector<int64_t> HostLengths(const at::Tensor& lengths, const char* name) {
+  TORCH_CHECK(
+      at::isIntegralType(lengths.scalar_type(), /*includeBool=*/false), name, " must be integral");
+  const at::Tensor host = lengths.to(at::kCPU, at::kLong).contiguous();
+  const int64_t* begin = host.const_data_ptr<int64_t>();
+  return std::vector<int64_t>(begin, begin + host.numel());
+}
+
+// ctc_loss with tensor lengths. CPU lengths are read as eager reads them;
+// lazy ones keep ATen's own composite, which works on them.
+at::Tensor CtcLossWithTensorLengths(const at::Tensor& log_probs,
+                                    const at::Tensor& targets,
+                                    const at::Tensor& input_lengths,
+                                    const at::Tensor& target_lengths,
+                                    int64_t blank,
+                                    int64_t reduction,
+                                    bool zero_infinity) {
+  if (input_lengths.device().is_lazy() || target_lengths.device().is_lazy()) {
+    return at::native::ctc_loss(
+        log_probs, targets, input_lengths, target_lengths, blank, reduction, zero_infinity);
+  }
+  return at::ctc_loss(log_probs,
+                      targets,
+                      HostLengths(input_lengths, "input_lengths"),
+                      HostLengths(target_lengths, "target_lengths"),
+                      blank,
+                      reduction,
+                      zero_infinity);
+}
+
+}  // namespace
+
+void RegisterHostArgumentOverrides() {
+  // At the autograd key, above the composite kernels. Leaked on purpose:
+  // registrations must outlive every dispatcher call.
+  static auto* library = new torch::Library(
+      torch::Library::IMPL, "aten", c10::DispatchKey::AutogradLazy, __FILE__, __LINE__);
+  library->impl("tensor_split.tensor_indices_or_sections", TORCH_FN(TensorSplitByTensor));
+  library->impl("ctc_loss.Tensor", TORCH_FN(CtcLossWithTensorLengths));
+}
+
+}  // namespace lazyfuse
