@@ -142,6 +142,14 @@ at::Tensor LazyNativeFunctions::_chunk_cat(at::TensorList tensors,
   return at::cat(chunked, wrapped + 1);
 }
 
+at::Tensor LazyNativeFunctions::trace(const at::Tensor& self) {
+  TORCH_LAZY_FN_COUNTER("lazy::");
+  CheckOnLazyDevice("aten::trace", "self", self);
+  TORCH_CHECK(self.dim() == 2, "trace: expected a matrix, but got tensor with dim ", self.dim());
+  // sum promotes integer dtypes to int64, as eager's trace does.
+  return at::sum(at::diagonal_copy(self));
+}
+
 at::Tensor LazyNativeFunctions::rot90(const at::Tensor& self, int64_t k, at::IntArrayRef dims) {
   TORCH_LAZY_FN_COUNTER("lazy::");
   CheckOnLazyDevice("aten::rot90", "self", self);

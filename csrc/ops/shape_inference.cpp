@@ -294,6 +294,21 @@ std::vector<Shape> compute_shape_var_mean(const at::Tensor& self,
   return compute_shape_std_mean(self, dim, correction, keepdim);
 }
 
+// Eager's checks and messages come from the meta kernel.
+std::vector<Shape> compute_shape_index_fill(const at::Tensor& self,
+                                            int64_t dim,
+                                            const at::Tensor& index,
+                                            const at::Scalar& value) {
+  return {ShapeOf(at::index_fill(OnMeta(self), dim, OnMeta(index), value))};
+}
+
+std::vector<Shape> compute_shape_index_fill(const at::Tensor& self,
+                                            int64_t dim,
+                                            const at::Tensor& index,
+                                            const at::Tensor& value) {
+  return {ShapeOf(at::index_fill(OnMeta(self), dim, OnMeta(index), OnMeta(value)))};
+}
+
 std::vector<Shape> compute_shape_vdot(const at::Tensor& self, const at::Tensor& other) {
   return {Shape(at::result_type(self, other), {})};
 }

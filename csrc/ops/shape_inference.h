@@ -27,6 +27,8 @@ TORCH_API std::vector<torch::lazy::Shape> compute_shape_diagonal_backward(const 
 TORCH_API std::vector<torch::lazy::Shape> compute_shape_logit(const at::Tensor & self, ::std::optional<double> eps);
 TORCH_API std::vector<torch::lazy::Shape> compute_shape_unfold_backward(const at::Tensor & grad_in, at::IntArrayRef input_sizes, int64_t dim, int64_t size, int64_t step);
 TORCH_API std::vector<torch::lazy::Shape> compute_shape_dot(const at::Tensor & self, const at::Tensor & tensor);
+TORCH_API std::vector<torch::lazy::Shape> compute_shape_index_fill(const at::Tensor & self, int64_t dim, const at::Tensor & index, const at::Scalar & value);
+TORCH_API std::vector<torch::lazy::Shape> compute_shape_index_fill(const at::Tensor & self, int64_t dim, const at::Tensor & index, const at::Tensor & value);
 TORCH_API std::vector<torch::lazy::Shape> compute_shape__logcumsumexp(const at::Tensor & self, int64_t dim);
 TORCH_API std::vector<torch::lazy::Shape> compute_shape_addbmm(const at::Tensor & self, const at::Tensor & batch1, const at::Tensor & batch2, const at::Scalar & beta, const at::Scalar & alpha);
 TORCH_API std::vector<torch::lazy::Shape> compute_shape_angle(const at::Tensor & self);
