@@ -1,5 +1,5 @@
-// The plan's vocabulary and its printout (lazyfuse.debug.fusion_plan); the
-// planning itself is planner.cpp.
+// The plan's vocabulary, the buffers each group reads and writes, and its
+// printout (lazyfuse.debug.fusion_plan); the grouping itself is planner.cpp.
 
 #include <algorithm>
 #include <sstream>
@@ -24,6 +24,45 @@ const char* GroupKindName(GroupKind kind) {
 
 bool LaunchesKernel(GroupKind kind) {
   return kind == GroupKind::kPointwise || kind == GroupKind::kReduction;
+}
+
+void AssignGroupBuffers(const Program& program, FusionPlan& plan) {
+  std::vector<int> group_of(program.buffers.size(), -1);
+  for (size_t g = 0; g < plan.groups.size(); ++g) {
+    for (size_t s : plan.groups[g].steps) {
+      for (BufferId id : program.steps[s].outputs) {
+        group_of[id] = static_cast<int>(g);
+      }
+    }
+  }
+  auto add_unique = [](std::vector<BufferId>& list, BufferId id) {
+    if (std::find(list.begin(), list.end(), id) == list.end()) {
+      list.push_back(id);
+    }
+  };
+  std::vector<bool> materialised(program.buffers.size(), false);
+  for (size_t g = 0; g < plan.groups.size(); ++g) {
+    for (size_t s : plan.groups[g].steps) {
+      for (BufferId id : program.steps[s].inputs) {
+        if (group_of[id] != static_cast<int>(g)) {
+          add_unique(plan.groups[g].inputs, id);
+          materialised[id] = true;
+        }
+      }
+    }
+  }
+  for (BufferId id : program.results) {
+    materialised[id] = true;
+  }
+  for (FusionGroup& group : plan.groups) {
+    for (size_t s : group.steps) {
+      for (BufferId id : program.steps[s].outputs) {
+        if (materialised[id] || group.kind == GroupKind::kAten) {
+          add_unique(group.outputs, id);
+        }
+      }
+    }
+  }
 }
 
 size_t FusionPlan::FusedGroupCount() const {

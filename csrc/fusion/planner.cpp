@@ -452,7 +452,6 @@ class Planner {
   }
 
   FusionPlan Finish() {
-    std::vector<int> group_of(program_.buffers.size(), -1);
     std::vector<size_t> order;
     for (size_t g = 0; g < groups_.size(); ++g) {
       if (alive_[g] && !groups_[g].steps.empty()) {
@@ -469,41 +468,7 @@ class Planner {
       }
       plan.groups.push_back(std::move(groups_[g]));
     }
-    for (size_t g = 0; g < plan.groups.size(); ++g) {
-      for (size_t s : plan.groups[g].steps) {
-        for (BufferId id : program_.steps[s].outputs) {
-          group_of[id] = static_cast<int>(g);
-        }
-      }
-    }
-    auto add_unique = [](std::vector<BufferId>& list, BufferId id) {
-      if (std::find(list.begin(), list.end(), id) == list.end()) {
-        list.push_back(id);
-      }
-    };
-    std::vector<bool> materialised(program_.buffers.size(), false);
-    for (size_t g = 0; g < plan.groups.size(); ++g) {
-      for (size_t s : plan.groups[g].steps) {
-        for (BufferId id : program_.steps[s].inputs) {
-          if (group_of[id] != static_cast<int>(g)) {
-            add_unique(plan.groups[g].inputs, id);
-            materialised[id] = true;
-          }
-        }
-      }
-    }
-    for (BufferId id : program_.results) {
-      materialised[id] = true;
-    }
-    for (FusionGroup& group : plan.groups) {
-      for (size_t s : group.steps) {
-        for (BufferId id : program_.steps[s].outputs) {
-          if (materialised[id] || group.kind == GroupKind::kAten) {
-            add_unique(group.outputs, id);
-          }
-        }
-      }
-    }
+    AssignGroupBuffers(program_, plan);
     return plan;
   }
 

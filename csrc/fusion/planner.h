@@ -52,8 +52,11 @@ struct FusionPlan {
   std::string ToString(const Program& program) const;
 };
 
-// Which buffers have to be written to memory: a buffer is materialised when a
-// step outside its group reads it or the program returns it.
 FusionPlan PlanFusion(const Program& program);
+
+// Fills each group's inputs and outputs. Which buffers have to be written to
+// memory: a buffer is materialised when a step outside its group reads it or
+// the program returns it.
+void AssignGroupBuffers(const Program& program, FusionPlan& plan);
 
 }  // namespace lazyfuse
