@@ -137,6 +137,13 @@ std::optional<int64_t> OptionalInt(const c10::IValue* value) {
   return value->toInt();
 }
 
+// An attribute every step of the op has; its absence is a lowering bug.
+const c10::IValue& RequiredAttr(const Step& step, const char* name) {
+  const c10::IValue* value = step.attr(name);
+  TORCH_CHECK(value != nullptr, "lazyfuse: ", step.qualified_op(), " has no attribute ", name);
+  return *value;
+}
+
 bool BoolAttr(const Step& step, const char* name, bool fallback = false) {
   const c10::IValue* value = step.attr(name);
   return value != nullptr && value->isBool() ? value->toBool() : fallback;
@@ -359,8 +366,8 @@ std::optional<ViewRule> ViewRuleFor(const Step& step, const Program& program) {
         std::swap(rule.permutation[0], rule.permutation[1]);
       }
     } else {
-      const int64_t a = WrapDim(step.attr("dim0")->toInt(), rank);
-      const int64_t b = WrapDim(step.attr("dim1")->toInt(), rank);
+      const int64_t a = WrapDim(RequiredAttr(step, "dim0").toInt(), rank);
+      const int64_t b = WrapDim(RequiredAttr(step, "dim1").toInt(), rank);
       if (!InRange(a, rank) || !InRange(b, rank)) {
         return std::nullopt;
       }
@@ -370,7 +377,7 @@ std::optional<ViewRule> ViewRuleFor(const Step& step, const Program& program) {
   }
   if (name == "aten::slice_copy.Tensor") {
     rule.kind = ViewKind::kSlice;
-    rule.dim = WrapDim(step.attr("dim")->toInt(), rank);
+    rule.dim = WrapDim(RequiredAttr(step, "dim").toInt(), rank);
     if (!InRange(rule.dim, rank)) {
       return std::nullopt;
     }
@@ -378,17 +385,17 @@ std::optional<ViewRule> ViewRuleFor(const Step& step, const Program& program) {
     int64_t start = OptionalInt(step.attr("start")).value_or(0);
     start = start < 0 ? start + size : start;
     rule.start = std::min(std::max<int64_t>(start, 0), size);
-    rule.step = step.attr("step")->toInt();
-    return rule;
+    rule.step = RequiredAttr(step, "step").toInt();
+    return rule.step > 0 ? std::optional<ViewRule>(rule) : std::nullopt;
   }
   if (name == "aten::select_copy.int") {
     rule.kind = ViewKind::kSelect;
-    rule.dim = WrapDim(step.attr("dim")->toInt(), rank);
+    rule.dim = WrapDim(RequiredAttr(step, "dim").toInt(), rank);
     if (!InRange(rule.dim, rank)) {
       return std::nullopt;
     }
     const int64_t size = InputInfo(step, program, 0).sizes.at(rule.dim);
-    const int64_t index = step.attr("index")->toInt();
+    const int64_t index = RequiredAttr(step, "index").toInt();
     rule.index = index < 0 ? index + size : index;
     return rule.index >= 0 && rule.index < size ? std::optional<ViewRule>(rule) : std::nullopt;
   }
@@ -396,7 +403,7 @@ std::optional<ViewRule> ViewRuleFor(const Step& step, const Program& program) {
 }
 
 std::optional<ReductionRule> ReductionRuleFor(const Step& step, const Program& program) {
-  if (step.inputs.empty() || !AllFusibleDtypes(step, program)) {
+  if (step.inputs.empty() || step.outputs.empty() || !AllFusibleDtypes(step, program)) {
     return std::nullopt;
   }
   const std::string name = step.qualified_op();
@@ -427,7 +434,7 @@ std::optional<ReductionRule> ReductionRuleFor(const Step& step, const Program& p
   }
   if (name == "aten::_softmax" || name == "aten::_log_softmax") {
     rule.kind = name == "aten::_softmax" ? ReductionKind::kSoftmax : ReductionKind::kLogSoftmax;
-    rule.dims = {WrapDim(step.attr("dim")->toInt(), rank)};
+    rule.dims = {WrapDim(RequiredAttr(step, "dim").toInt(), rank)};
     if (!InRange(rule.dims[0], rank)) {
       return std::nullopt;
     }
@@ -442,7 +449,7 @@ std::optional<ReductionRule> ReductionRuleFor(const Step& step, const Program& p
     for (size_t d = rank - normalized; d < rank; ++d) {
       rule.dims.push_back(static_cast<int64_t>(d));
     }
-    rule.eps = step.attr("eps")->toDouble();
+    rule.eps = RequiredAttr(step, "eps").toDouble();
     rule.has_weight = BoolAttr(step, "has_weight");
     rule.has_bias = BoolAttr(step, "has_bias");
     return rule;

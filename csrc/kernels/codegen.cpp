@@ -86,6 +86,11 @@ std::string Parameters(const Program& program,
   std::vector<bool> may_alias(group.inputs.size(), false);
   for (const auto& inputs : group.in_place) {
     for (size_t k : inputs) {
+      TORCH_CHECK(k < may_alias.size(),
+                  "lazyfuse: kernel codegen: an in-place plan names input ",
+                  k,
+                  " of ",
+                  may_alias.size());
       may_alias[k] = true;
     }
   }
@@ -110,8 +115,7 @@ std::string Parameters(const Program& program,
   for (size_t k = 0; k < group.outputs.size(); ++k) {
     const at::ScalarType dtype = program.buffers[group.outputs[k]].dtype;
     types.push_back(std::string(StorageTypeName(dtype)) + "*");
-    params.push_back(types.back() +
-                     restrict_(k < group.in_place.size() && !group.in_place[k].empty()) + "out" +
+    params.push_back(types.back() + restrict_(!group.in_place[k].empty()) + "out" +
                      std::to_string(k));
   }
   std::string joined;
@@ -234,9 +238,75 @@ class PointwiseKernel {
   KernelSource& out_;
 };
 
+// Malformed input to the generator is an error naming what is wrong, never
+// undefined behaviour in the renderer, which relies on these.
+void CheckGroup(const Program& program,
+                const FusionGroup& group,
+                const KernelSignature& signature) {
+  TORCH_CHECK(group.in_place.size() == group.outputs.size(),
+              "lazyfuse: kernel codegen: a group without its in-place plan");
+  TORCH_CHECK(signature.block_limit == 0 ||
+                  (signature.block_limit >= 32 && signature.block_limit % 32 == 0),
+              "lazyfuse: kernel codegen: a block limit of ",
+              signature.block_limit,
+              " threads is not a whole number of warps");
+  for (size_t s : group.steps) {
+    TORCH_CHECK(s < program.steps.size(), "lazyfuse: kernel codegen: a group names step ", s);
+    for (const auto* buffers : {&program.steps[s].inputs, &program.steps[s].outputs}) {
+      for (BufferId id : *buffers) {
+        TORCH_CHECK(id >= 0 && static_cast<size_t>(id) < program.buffers.size(),
+                    "lazyfuse: kernel codegen: step ",
+                    s,
+                    " names buffer %",
+                    id);
+        for (int64_t size : program.buffers[id].sizes) {
+          TORCH_CHECK(size >= 0, "lazyfuse: kernel codegen: buffer %", id, " has a negative size");
+        }
+      }
+    }
+  }
+  if (group.kind != GroupKind::kReduction) {
+    return;
+  }
+  TORCH_CHECK(group.reduction && *group.reduction < program.steps.size(),
+              "lazyfuse: kernel codegen: a reduction group without its reduction step");
+  const Step& step = program.steps[*group.reduction];
+  const auto rule = ReductionRuleFor(step, program);
+  TORCH_CHECK(rule, "lazyfuse: kernel codegen cannot render ", step.qualified_op());
+  const auto& input = program.buffers[step.inputs[0]].sizes;
+  TORCH_CHECK(group.domain == input,
+              "lazyfuse: kernel codegen: a ",
+              step.qualified_op(),
+              " group runs over ",
+              c10::IntArrayRef(group.domain),
+              ", not over its input's shape ",
+              c10::IntArrayRef(input));
+  for (int64_t d : rule->dims) {
+    TORCH_CHECK(d >= 0 && d < static_cast<int64_t>(input.size()),
+                "lazyfuse: kernel codegen: ",
+                step.qualified_op(),
+                " reduces dim ",
+                d,
+                " of a rank-",
+                input.size(),
+                " input");
+  }
+  const c10::IValue* correction = step.attr("has_correction");
+  TORCH_CHECK(correction == nullptr || !correction->toBool() || step.inputs.size() > 1,
+              "lazyfuse: kernel codegen: ",
+              step.qualified_op(),
+              " has a correction but no correction input");
+  TORCH_CHECK(rule->kind != ReductionKind::kLayerNorm || step.outputs.size() == 3,
+              "lazyfuse: kernel codegen: ",
+              step.qualified_op(),
+              " has ",
+              step.outputs.size(),
+              " outputs, not layer norm's 3");
+}
+
 }  // namespace
 
-// Defined in lazyfuse_reduction_codegen.cpp.
+// Defined in reduction.cpp.
 std::string ReductionKernelBody(const Program& program,
                                 const FusionGroup& group,
                                 const KernelSignature& signature,
@@ -283,6 +353,7 @@ KernelSource GenerateKernel(const Program& program,
               signature.inputs.size(),
               " inputs, the group has ",
               group.inputs.size());
+  CheckGroup(program, group, signature);
   KernelSource out;
   out.name = KernelName(program, group);
   for (size_t s : group.steps) {

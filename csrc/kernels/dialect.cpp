@@ -2,6 +2,8 @@
 
 #include <c10/util/Exception.h>
 
+#include <cmath>
+#include <cstdio>
 #include <string>
 
 namespace lazyfuse {
@@ -428,6 +430,30 @@ std::string RoundToDtype(at::ScalarType dtype, const std::string& value) {
     return "lf_round_bf16(" + value + ")";
   }
   return value;
+}
+
+std::string ConstantLiteral(const at::Tensor& value) {
+  const at::Scalar scalar = value.item();
+  if (value.scalar_type() == at::kBool) {
+    return scalar.toBool() ? "true" : "false";
+  }
+  if (!at::isFloatingType(value.scalar_type())) {
+    return "(" + std::to_string(scalar.toLong()) + "LL)";
+  }
+  const double v = scalar.toDouble();
+  if (std::isnan(v)) {
+    return "(LF_DINF - LF_DINF)";
+  }
+  if (std::isinf(v)) {
+    return v > 0 ? "LF_DINF" : "(-LF_DINF)";
+  }
+  char buffer[64];
+  std::snprintf(buffer, sizeof(buffer), "%.17g", v);
+  std::string text = buffer;
+  if (text.find_first_of(".eE") == std::string::npos) {
+    text += ".0";
+  }
+  return "(" + text + ")";
 }
 
 }  // namespace lazyfuse

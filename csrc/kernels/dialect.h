@@ -5,6 +5,7 @@
 // with. The renderer (kernels/codegen) writes everything else the same way
 // for every target.
 
+#include <ATen/Tensor.h>
 #include <c10/core/ScalarType.h>
 
 #include <string>
@@ -40,5 +41,8 @@ std::string StoreConversion(at::ScalarType dtype, const std::string& value);
 // Rounds a float register through half or bfloat16 so every step's result
 // matches what ATen stores; other dtypes pass through.
 std::string RoundToDtype(at::ScalarType dtype, const std::string& value);
+
+// The literal C++ spelling of a 0-dim constant (1.5, 2LL, true, inf, nan).
+std::string ConstantLiteral(const at::Tensor& value);
 
 }  // namespace lazyfuse

@@ -14,7 +14,6 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
-#include <functional>
 #include <optional>
 #include <tuple>
 #include <utility>
@@ -36,19 +35,6 @@ constexpr int64_t kRowCacheBytes = 32 * 1024;
 // without the rounding one-pass statistics (online softmax, Welford) add.
 constexpr int64_t kOnePassMinColumns = 1024;
 
-size_t ReductionStep(const Program& program, const FusionGroup& group) {
-  TORCH_CHECK(group.reduction && *group.reduction < program.steps.size(),
-              "lazyfuse: kernel codegen: a reduction group without its reduction step");
-  return *group.reduction;
-}
-
-ReductionRule RuleOf(const Step& step, const Program& program) {
-  const auto rule = ReductionRuleFor(step, program);
-  TORCH_CHECK(
-      rule, "lazyfuse: kernel codegen cannot render ", step.qualified_op(), " as a reduction");
-  return *rule;
-}
-
 class ReductionKernel {
  public:
   ReductionKernel(const Program& program,
@@ -60,28 +46,13 @@ class ReductionKernel {
         group_(group),
         dialect_(dialect),
         out_(out),
-        step_(program.steps[ReductionStep(program, group)]),
-        rule_(RuleOf(step_, program)),
+        step_(program.steps[*group.reduction]),
+        rule_(*ReductionRuleFor(step_, program)),
         idx_(out.index64 ? "long long" : "int"),
         w_(program, group, signature, dialect, idx_) {
     const auto& shape = group.domain;
-    TORCH_CHECK(shape == program.buffers[step_.inputs[0]].sizes,
-                "lazyfuse: kernel codegen: a ",
-                step_.qualified_op(),
-                " group runs over ",
-                c10::IntArrayRef(shape),
-                ", not over its input's shape ",
-                c10::IntArrayRef(program.buffers[step_.inputs[0]].sizes));
     std::vector<bool> reduced(shape.size(), false);
     for (int64_t d : rule_.dims) {
-      TORCH_CHECK(d >= 0 && d < static_cast<int64_t>(shape.size()),
-                  "lazyfuse: kernel codegen: ",
-                  step_.qualified_op(),
-                  " reduces dim ",
-                  d,
-                  " of a rank-",
-                  shape.size(),
-                  " input");
       reduced[d] = true;
     }
     for (size_t d = 0; d < shape.size(); ++d) {

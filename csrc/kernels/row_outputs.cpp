@@ -43,6 +43,10 @@ void BindLayerNormOutput(KernelWriter& writer,
   const Program& program = writer.program();
   const at::ScalarType dtype = program.buffers[step.outputs[0]].dtype;
   size_t next = 1;
+  TORCH_CHECK(step.inputs.size() >= 1 + rule.has_weight + rule.has_bias,
+              "lazyfuse: kernel codegen: ",
+              step.qualified_op(),
+              " lacks the weight or bias input its attributes name");
   const std::optional<BufferId> weight =
       rule.has_weight ? std::optional<BufferId>(step.inputs[next++]) : std::nullopt;
   const std::optional<BufferId> bias =
@@ -53,6 +57,11 @@ void BindLayerNormOutput(KernelWriter& writer,
     // Weight and bias have the normalized (trailing) dims.
     auto affine = [&](BufferId id) {
       const auto& shape = program.buffers[id].sizes;
+      TORCH_CHECK(shape.size() <= dims.size(),
+                  "lazyfuse: kernel codegen: a layer norm weight of rank ",
+                  shape.size(),
+                  " for an input of rank ",
+                  dims.size());
       KernelIndex at{shape, "", {}};
       at.dims.assign(dims.end() - static_cast<std::ptrdiff_t>(shape.size()), dims.end());
       return "(" + acc + ")" + w.Value(id, at);

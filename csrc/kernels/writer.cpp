@@ -186,6 +186,11 @@ std::string KernelWriter::Linear(KernelIndex& index) {
     index.linear = "0";
     return index.linear;
   }
+  TORCH_CHECK(index.dims.size() == index.shape.size(),
+              "lazyfuse: kernel codegen: an index with ",
+              index.dims.size(),
+              " dims into a buffer of rank ",
+              index.shape.size());
   const auto strides = ContiguousStrides(index.shape);
   std::string sum;
   for (size_t d = 0; d < index.shape.size(); ++d) {
@@ -217,7 +222,8 @@ const std::vector<std::string>& KernelWriter::Dims(KernelIndex& index) {
   }
   const auto strides = ContiguousStrides(index.shape);
   for (size_t d = 0; d < index.shape.size(); ++d) {
-    if (index.shape[d] == 1) {
+    // An empty buffer is never indexed; its loops do not run.
+    if (index.shape[d] <= 1) {
       index.dims.push_back("0");
       continue;
     }
@@ -321,6 +327,13 @@ std::string KernelWriter::Load(size_t slot, KernelIndex index) {
 }
 
 std::string KernelWriter::Value(BufferId id, KernelIndex index) {
+  TORCH_CHECK(index.shape.size() == program_.buffers[id].sizes.size(),
+              "lazyfuse: kernel codegen: buffer %",
+              id,
+              " of rank ",
+              program_.buffers[id].sizes.size(),
+              " is read at an index of rank ",
+              index.shape.size());
   auto reg = registers_.find(id);
   if (reg != registers_.end()) {
     return reg->second;
@@ -440,6 +453,13 @@ void KernelWriter::Store(size_t output_slot, const KernelIndex& domain_index) {
   }
   // A broadcast buffer: the domain visits each of its elements many times;
   // only the visit with zeros in the broadcast dims writes it.
+  TORCH_CHECK(info.sizes.size() <= domain.shape.size(),
+              "lazyfuse: kernel codegen: output %",
+              id,
+              " of rank ",
+              info.sizes.size(),
+              " is stored from a domain of rank ",
+              domain.shape.size());
   const auto& dims = Dims(domain);
   const size_t offset = domain.shape.size() - info.sizes.size();
   std::string guard;
@@ -454,30 +474,6 @@ void KernelWriter::Store(size_t output_slot, const KernelIndex& domain_index) {
   const std::string store =
       "lf_st(" + name + ", " + Linear(own) + ", " + StoreConversion(info.dtype, value) + ");";
   Line(guard.empty() ? store : "if (" + guard + ") " + store);
-}
-
-std::string ConstantLiteral(const at::Tensor& value) {
-  const at::Scalar scalar = value.item();
-  if (value.scalar_type() == at::kBool) {
-    return scalar.toBool() ? "true" : "false";
-  }
-  if (!at::isFloatingType(value.scalar_type())) {
-    return "(" + std::to_string(scalar.toLong()) + "LL)";
-  }
-  const double v = scalar.toDouble();
-  if (std::isnan(v)) {
-    return "(LF_DINF - LF_DINF)";
-  }
-  if (std::isinf(v)) {
-    return v > 0 ? "LF_DINF" : "(-LF_DINF)";
-  }
-  char buffer[64];
-  std::snprintf(buffer, sizeof(buffer), "%.17g", v);
-  std::string text = buffer;
-  if (text.find_first_of(".eE") == std::string::npos) {
-    text += ".0";
-  }
-  return "(" + text + ")";
 }
 
 }  // namespace lazyfuse

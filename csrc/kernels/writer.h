@@ -29,9 +29,6 @@ struct KernelIndex {
 
 std::vector<int64_t> ContiguousStrides(const std::vector<int64_t>& shape);
 
-// The literal C++ spelling of a 0-dim constant (1.5, 2LL, true, inf, nan).
-std::string ConstantLiteral(const at::Tensor& value);
-
 class KernelWriter {
  public:
   KernelWriter(const Program& program,

@@ -56,7 +56,9 @@ at::Tensor CopyHostScalar(const at::Tensor& scalar) {
 }
 
 bool LazyFuseBackendData::is_wrapped_number() const {
-  return is_host_scalar() && value_.unsafeGetTensorImpl()->is_wrapped_number();
+  // A pending result is never a wrapped number; asking must not finish it.
+  return value_.defined() && value_.dim() == 0 && value_.is_cpu() &&
+         value_.unsafeGetTensorImpl()->is_wrapped_number();
 }
 
 bool LazyFuseBackendData::is_host_scalar() const {

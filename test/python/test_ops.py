@@ -367,7 +367,7 @@ def test_tensor_split_points_keep_eager_checks(lazy: torch.device) -> None:
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 @pytest.mark.parametrize("lengths", ["cpu", "lazy", "tuple"])
 def test_ctc_loss_takes_length_tensors_where_eager_does(
-    lazy: torch.device, reduction: str, lengths: str
+    lazy: torch.device, engine: str, reduction: str, lengths: str
 ) -> None:
     """Eager takes input and target lengths as CPU tensors (cuDNN wants them
     there); lazy log-probs must too, forward and backward."""
