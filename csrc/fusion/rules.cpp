@@ -1,6 +1,5 @@
 #include "fusion/rules.h"
 
-#include <c10/core/DefaultDtype.h>
 #include <c10/core/ScalarType.h>
 #include <c10/util/Exception.h>
 
@@ -21,41 +20,47 @@ struct Entry {
   // Float-only expressions (exp, floor, pow, ...) are left to ATen when the
   // compute type is integral; ATen's integer semantics differ there.
   bool float_only = false;
-  // Operands are cast to the common dtype before the op computes, as
-  // TensorIterator does, so a number meeting a half tensor is rounded to
-  // half first. Eager's add, mul and friends read a scalar at full
-  // precision (CUDA's original_scalar_value); comparisons and pow do not.
-  bool operands_in_common_dtype = false;
+  // Bit k set: input k is not an operand cast to the common dtype (a Scalar
+  // argument such as alpha, read at the compute type; a mask; a condition).
+  uint32_t kept = 0;
+  ScalarOperands scalars = ScalarOperands::kRounded;
 };
+
+constexpr uint32_t Bit(int k) {
+  return 1u << k;
+}
 
 const std::unordered_map<std::string, Entry>& PointwiseTable() {
   static const auto* table = new std::unordered_map<std::string, Entry>{
       // arithmetic
-      {"aten::add.Tensor", {"$0 + $2 * $1"}},
-      {"aten::sub.Tensor", {"$0 - $2 * $1"}},
-      {"aten::mul.Tensor", {"$0 * $1"}},
-      {"aten::div.Tensor", {"$0 / $1", TypeFrom::kOutput, true}},
+      {"aten::add.Tensor",
+       {"$0 + $2 * $1", TypeFrom::kOutput, false, Bit(2), ScalarOperands::kFullPrecisionOnCuda}},
+      {"aten::sub.Tensor",
+       {"$0 - $2 * $1", TypeFrom::kOutput, false, Bit(2), ScalarOperands::kFullPrecisionOnCuda}},
+      {"aten::mul.Tensor",
+       {"$0 * $1", TypeFrom::kOutput, false, 0, ScalarOperands::kFullPrecision}},
+      {"aten::div.Tensor", {"$0 / $1", TypeFrom::kOutput, true, 0, ScalarOperands::kFullPrecision}},
       {"aten::neg", {"-$0"}},
       {"aten::abs", {"lf_abs($0)"}},
       {"aten::reciprocal", {"($T)1 / $0", TypeFrom::kOutput, true}},
-      {"aten::addcmul", {"$0 + $3 * $1 * $2"}},
-      {"aten::addcdiv", {"$0 + $3 * ($1 / $2)", TypeFrom::kOutput, true}},
-      {"aten::lerp.Scalar", {"lf_lerp($0, $1, $2)", TypeFrom::kOutput, true}},
+      {"aten::addcmul", {"$0 + $3 * $1 * $2", TypeFrom::kOutput, false, Bit(3)}},
+      {"aten::addcdiv", {"$0 + $3 * ($1 / $2)", TypeFrom::kOutput, true, Bit(3)}},
+      {"aten::lerp.Scalar", {"lf_lerp($0, $1, $2)", TypeFrom::kOutput, true, Bit(2)}},
       {"aten::lerp.Tensor", {"lf_lerp($0, $1, $2)", TypeFrom::kOutput, true}},
       {"aten::maximum", {"lf_maximum($0, $1)"}},
       {"aten::minimum", {"lf_minimum($0, $1)"}},
-      {"aten::clamp_min", {"lf_clamp_min($0, $1)"}},
-      {"aten::clamp_max", {"lf_clamp_max($0, $1)"}},
+      {"aten::clamp_min", {"lf_clamp_min($0, $1)", TypeFrom::kOutput, false, Bit(1)}},
+      {"aten::clamp_max", {"lf_clamp_max($0, $1)", TypeFrom::kOutput, false, Bit(1)}},
       {"aten::clamp_min.Tensor", {"lf_clamp_min($0, $1)"}},
       {"aten::clamp_max.Tensor", {"lf_clamp_max($0, $1)"}},
-      {"aten::pow.Tensor_Scalar", {"lf_pow_scalar$S($0, $1)", TypeFrom::kOutput, true, true}},
+      {"aten::pow.Tensor_Scalar", {"lf_pow_scalar$S($0, $1)", TypeFrom::kOutput, true}},
       {"aten::pow.Tensor_Tensor", {"lf_pow($0, $1)", TypeFrom::kOutput, true}},
       {"aten::sign", {"lf_sign($0)"}},
       {"aten::sgn", {"lf_sign($0)"}},
-      {"aten::fill.Scalar", {"$1"}},
+      {"aten::fill.Scalar", {"$1", TypeFrom::kOutput, false, Bit(1)}},
       {"aten::zero", {"($T)0"}},
-      {"aten::where.self", {"($r0 ? $1 : $2)"}},
-      {"lazy_tensors::cast", {"$0"}},
+      {"aten::where.self", {"($r0 ? $1 : $2)", TypeFrom::kOutput, false, Bit(0)}},
+      {"lazy_tensors::cast", {"$0", TypeFrom::kOutput, false, Bit(0)}},
       // float math
       {"aten::exp", {"lf_exp($0)", TypeFrom::kOutput, true}},
       {"aten::exp2", {"lf_exp2($0)", TypeFrom::kOutput, true}},
@@ -84,33 +89,38 @@ const std::unordered_map<std::string, Entry>& PointwiseTable() {
       {"aten::sigmoid_backward", {"$0 * (($T)1 - $1) * $1", TypeFrom::kOutput, true}},
       {"aten::tanh_backward", {"$0 * (($T)1 - $1 * $1)", TypeFrom::kOutput, true}},
       {"aten::silu_backward", {"lf_silu_backward($0, $1)", TypeFrom::kOutput, true}},
-      {"aten::threshold", {"($0 <= $1 ? $2 : $0)"}},
-      {"aten::threshold_backward", {"($1 <= $2 ? ($T)0 : $0)"}},
-      {"aten::leaky_relu", {"($0 > ($T)0 ? $0 : $0 * $1)", TypeFrom::kOutput, true}},
-      {"aten::leaky_relu_backward", {"($1 > ($T)0 ? $0 : $0 * $2)", TypeFrom::kOutput, true}},
-      {"aten::hardtanh", {"lf_clamp_max(lf_clamp_min($0, $1), $2)", TypeFrom::kOutput, true}},
+      {"aten::threshold", {"($0 <= $1 ? $2 : $0)", TypeFrom::kOutput, false, Bit(1) | Bit(2)}},
+      {"aten::threshold_backward", {"($1 <= $2 ? ($T)0 : $0)", TypeFrom::kOutput, false, Bit(2)}},
+      {"aten::leaky_relu", {"($0 > ($T)0 ? $0 : $0 * $1)", TypeFrom::kOutput, true, Bit(1)}},
+      {"aten::leaky_relu_backward",
+       {"($1 > ($T)0 ? $0 : $0 * $2)", TypeFrom::kOutput, true, Bit(2)}},
+      {"aten::hardtanh",
+       {"lf_clamp_max(lf_clamp_min($0, $1), $2)", TypeFrom::kOutput, true, Bit(1) | Bit(2)}},
       {"aten::softplus",
-       {"($0 * $1 > $2 ? $0 : lf_log1p(lf_exp($0 * $1)) / $1)", TypeFrom::kOutput, true}},
+       {"($0 * $1 > $2 ? $0 : lf_log1p(lf_exp($0 * $1)) / $1)",
+        TypeFrom::kOutput,
+        true,
+        Bit(1) | Bit(2)}},
       {"aten::native_dropout_backward",
-       {"($r1 ? $0 * ($T)@scale : ($T)0)", TypeFrom::kOutput, true}},
+       {"($r1 ? $0 * ($T)@scale : ($T)0)", TypeFrom::kOutput, true, Bit(1)}},
       // comparisons and tests
-      {"aten::eq.Tensor", {"$0 == $1", TypeFrom::kInputs, false, true}},
-      {"aten::eq.Scalar", {"$0 == $1", TypeFrom::kInputs, false, true}},
-      {"aten::ne.Tensor", {"$0 != $1", TypeFrom::kInputs, false, true}},
-      {"aten::ne.Scalar", {"$0 != $1", TypeFrom::kInputs, false, true}},
-      {"aten::lt.Tensor", {"$0 < $1", TypeFrom::kInputs, false, true}},
-      {"aten::lt.Scalar", {"$0 < $1", TypeFrom::kInputs, false, true}},
-      {"aten::le.Tensor", {"$0 <= $1", TypeFrom::kInputs, false, true}},
-      {"aten::le.Scalar", {"$0 <= $1", TypeFrom::kInputs, false, true}},
-      {"aten::gt.Tensor", {"$0 > $1", TypeFrom::kInputs, false, true}},
-      {"aten::gt.Scalar", {"$0 > $1", TypeFrom::kInputs, false, true}},
-      {"aten::ge.Tensor", {"$0 >= $1", TypeFrom::kInputs, false, true}},
-      {"aten::ge.Scalar", {"$0 >= $1", TypeFrom::kInputs, false, true}},
-      {"aten::isnan", {"$r0 != $r0", TypeFrom::kInputs}},
-      {"aten::logical_not", {"!$r0", TypeFrom::kInputs}},
-      {"aten::logical_and", {"$r0 && $r1", TypeFrom::kInputs}},
-      {"aten::logical_or", {"$r0 || $r1", TypeFrom::kInputs}},
-      {"aten::logical_xor", {"(bool)$r0 != (bool)$r1", TypeFrom::kInputs}},
+      {"aten::eq.Tensor", {"$0 == $1", TypeFrom::kInputs}},
+      {"aten::eq.Scalar", {"$0 == $1", TypeFrom::kInputs}},
+      {"aten::ne.Tensor", {"$0 != $1", TypeFrom::kInputs}},
+      {"aten::ne.Scalar", {"$0 != $1", TypeFrom::kInputs}},
+      {"aten::lt.Tensor", {"$0 < $1", TypeFrom::kInputs}},
+      {"aten::lt.Scalar", {"$0 < $1", TypeFrom::kInputs}},
+      {"aten::le.Tensor", {"$0 <= $1", TypeFrom::kInputs}},
+      {"aten::le.Scalar", {"$0 <= $1", TypeFrom::kInputs}},
+      {"aten::gt.Tensor", {"$0 > $1", TypeFrom::kInputs}},
+      {"aten::gt.Scalar", {"$0 > $1", TypeFrom::kInputs}},
+      {"aten::ge.Tensor", {"$0 >= $1", TypeFrom::kInputs}},
+      {"aten::ge.Scalar", {"$0 >= $1", TypeFrom::kInputs}},
+      {"aten::isnan", {"$r0 != $r0", TypeFrom::kInputs, false, ~0u}},
+      {"aten::logical_not", {"!$r0", TypeFrom::kInputs, false, ~0u}},
+      {"aten::logical_and", {"$r0 && $r1", TypeFrom::kInputs, false, ~0u}},
+      {"aten::logical_or", {"$r0 || $r1", TypeFrom::kInputs, false, ~0u}},
+      {"aten::logical_xor", {"(bool)$r0 != (bool)$r1", TypeFrom::kInputs, false, ~0u}},
   };
   return *table;
 }
@@ -220,49 +230,6 @@ bool IsFusibleDtype(at::ScalarType dtype) {
   }
 }
 
-namespace {
-
-// ATen's type promotion (c10 ResultTypeState): operands with dims promote
-// among themselves, then 0-dim tensors, then wrapped numbers (Python numbers,
-// Scalar arguments); a later slot counts only when its category (bool <
-// integral < floating) is higher. So `half_tensor * 2.0` stays half,
-// `int_tensor >= 0.5` compares in float32 (a float number promotes as the
-// default dtype) and `int_tensor >= float64_0dim_tensor` in double.
-at::ScalarType CombineCategories(std::optional<at::ScalarType> higher, at::ScalarType lower) {
-  if (!higher) {
-    return lower;
-  }
-  if (at::isFloatingType(*higher)) {
-    return *higher;
-  }
-  if (*higher == at::kBool || at::isFloatingType(lower)) {
-    return c10::promoteTypes(*higher, lower);
-  }
-  return *higher;
-}
-
-std::optional<at::ScalarType> PromotedInputType(const Step& step, const Program& program) {
-  std::optional<at::ScalarType> dims;
-  std::optional<at::ScalarType> zero_dim;
-  std::optional<at::ScalarType> wrapped;
-  for (BufferId id : step.inputs) {
-    const BufferInfo& info = program.buffers[id];
-    at::ScalarType dtype = info.dtype;
-    auto& slot = !info.sizes.empty() ? dims : info.wrapped_number ? wrapped : zero_dim;
-    if (&slot == &wrapped && at::isFloatingType(dtype)) {
-      dtype = c10::get_default_dtype_as_scalartype();
-    }
-    slot = slot ? c10::promoteTypes(*slot, dtype) : dtype;
-  }
-  if (!zero_dim && !wrapped) {
-    return dims;
-  }
-  const at::ScalarType scalars = wrapped ? CombineCategories(zero_dim, *wrapped) : *zero_dim;
-  return CombineCategories(dims, scalars);
-}
-
-}  // namespace
-
 std::optional<PointwiseRule> PointwiseRuleFor(const Step& step, const Program& program) {
   if (step.outputs.size() != 1 || !AllFusibleDtypes(step, program)) {
     return std::nullopt;
@@ -289,7 +256,12 @@ std::optional<PointwiseRule> PointwiseRuleFor(const Step& step, const Program& p
     if (BoolAttr(step, "has_max")) {
       expr = "lf_clamp_max(" + expr + ", $" + std::to_string(next++) + ")";
     }
-    return PointwiseRule{expr, OpMathType(out)};
+    PointwiseRule rule{expr, OpMathType(out)};
+    rule.operand_dtype = out;
+    if (name == "aten::clamp") {
+      rule.kept = ~1u;  // min and max are Scalar arguments
+    }
+    return rule;
   }
   if (name == "aten::div.Tensor_mode") {
     const c10::IValue* mode = step.attr("rounding_mode");
@@ -300,8 +272,11 @@ std::optional<PointwiseRule> PointwiseRuleFor(const Step& step, const Program& p
       return std::nullopt;
     }
     const std::string& how = mode->toStringRef();
-    return PointwiseRule{how == "floor" ? "lf_div_floor($0, $1)" : "lf_trunc($0 / $1)",
-                         OpMathType(out)};
+    PointwiseRule rule{how == "floor" ? "lf_div_floor($0, $1)" : "lf_trunc($0 / $1)",
+                       OpMathType(out)};
+    rule.operand_dtype = out;
+    rule.scalars = ScalarOperands::kFullPrecision;
+    return rule;
   }
   const auto& table = PointwiseTable();
   auto it = table.find(name);
@@ -318,9 +293,9 @@ std::optional<PointwiseRule> PointwiseRuleFor(const Step& step, const Program& p
     return std::nullopt;
   }
   PointwiseRule rule{entry.expr, compute};
-  if (entry.operands_in_common_dtype) {
-    rule.operand_dtype = common;
-  }
+  rule.operand_dtype = common;
+  rule.kept = entry.kept;
+  rule.scalars = entry.scalars;
   return rule;
 }
 

@@ -17,6 +17,18 @@ namespace lazyfuse {
 at::ScalarType OpMathType(at::ScalarType dtype);
 // Whether the codegen can load, store and compute this dtype.
 bool IsFusibleDtype(at::ScalarType dtype);
+// ATen's result type of a step's inputs (promotion.cpp), as TensorIterator
+// computes it: wrapped numbers and 0-dim tensors count only when they raise
+// the category. nullopt for a step without inputs.
+std::optional<at::ScalarType> PromotedInputType(const Step& step, const Program& program);
+
+// How an op reads an operand that is a CPU scalar (a Python number, Scalar
+// argument or 0-dim CPU tensor) of another dtype than the common one.
+enum class ScalarOperands {
+  kRounded,              // cast to the common dtype, as TensorIterator casts
+  kFullPrecision,        // read at the compute type (mul, div)
+  kFullPrecisionOnCuda,  // CUDA reads it at full precision, CPU eager casts (add, sub)
+};
 
 struct PointwiseRule {
   // C expression over the step's inputs. $0..$9: input k converted to the
@@ -24,9 +36,14 @@ struct PointwiseRule {
   // @name: the step attribute `name` as a literal.
   std::string expr;
   at::ScalarType compute = at::kFloat;
-  // Set: each operand is first cast to this dtype (ATen's common dtype), so
-  // a number meeting a half tensor is rounded to half before a comparison.
+  // ATen's common dtype: each operand of another dtype is cast to it first,
+  // as eager does, so an int32 2049 meeting a half tensor is 2048, and a
+  // number compared with a half tensor is rounded to half.
   std::optional<at::ScalarType> operand_dtype;
+  // Bit k set: input k is no operand (a Scalar argument such as alpha, read
+  // at the compute type; a mask; a condition) and is never cast.
+  uint32_t kept = 0;
+  ScalarOperands scalars = ScalarOperands::kRounded;
 };
 
 // The rule for a pointwise step, or nullopt when the codegen cannot fuse it

@@ -19,6 +19,10 @@ typedef unsigned short lf_bf16;
 #define LF_HALF_POW_ROUNDS_EACH_PRODUCT 1
 // CUDA eager's maximum and relu are fmaxf: its choice between +0 and -0.
 #define LF_ZERO_TIES_AS_FMAX 1
+// CUDA eager's add and sub read a CPU scalar at full precision
+// (original_scalar_value), where CPU eager rounds it to a half operand.
+#define LF_HOST_SCALAR_HALF(x) (x)
+#define LF_HOST_SCALAR_BF16(x) (x)
 #define LF_INF (__int_as_float(0x7f800000))
 #define LF_DINF (__longlong_as_double(0x7ff0000000000000LL))
 // Row loops stride by a compile-time block size; unrolled, a thread keeps

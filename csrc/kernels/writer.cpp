@@ -410,12 +410,8 @@ std::string KernelWriter::Compute(const Step& step, BufferId id, KernelIndex ind
     const BufferId input = step.inputs[k];
     std::string value =
         used ? Value(input, Broadcast(index, program_.buffers[input].sizes)) : std::string();
-    // Registers of half and bfloat16 are float: an operand of another dtype
-    // is rounded to the common one, as eager casts it.
-    const auto common = rule->operand_dtype;
-    if (used && common && program_.buffers[input].dtype != *common &&
-        (*common == at::kHalf || *common == at::kBFloat16)) {
-      value = RoundToDtype(*common, "(float)(" + value + ")");
+    if (used && (k >= 32 || !(rule->kept & (1u << k)))) {
+      value = AsCommonDtype(*rule, input, std::move(value));
     }
     inputs.push_back(std::move(value));
   }
@@ -427,6 +423,31 @@ std::string KernelWriter::Compute(const Step& step, BufferId id, KernelIndex ind
   Line("const " + out_type + " " + var + " = " +
        RoundToDtype(out, "(" + out_type + ")(" + expr + ")") + ";  // " + step.qualified_op());
   return var;
+}
+
+std::string KernelWriter::AsCommonDtype(const PointwiseRule& rule,
+                                        BufferId input,
+                                        std::string value) const {
+  // Registers of half and bfloat16 are float: an operand of another dtype
+  // is rounded to the common one, as eager casts it. Other common dtypes
+  // are the compute type, whose cast in the expression does it.
+  const auto common = rule.operand_dtype;
+  if (!common || program_.buffers[input].dtype == *common ||
+      (*common != at::kHalf && *common != at::kBFloat16)) {
+    return value;
+  }
+  const auto slot = input_slot_.find(input);
+  const bool host_scalar = slot != input_slot_.end() &&
+                           signature_.inputs.at(slot->second).kind != InputBinding::Kind::kTensor;
+  if (host_scalar && rule.scalars == ScalarOperands::kFullPrecision) {
+    return value;
+  }
+  if (host_scalar && rule.scalars == ScalarOperands::kFullPrecisionOnCuda) {
+    // Each target's eager: the prelude's macro rounds on the CPU only.
+    return std::string(*common == at::kHalf ? "LF_HOST_SCALAR_HALF" : "LF_HOST_SCALAR_BF16") +
+           "((float)(" + value + "))";
+  }
+  return RoundToDtype(*common, "(float)(" + value + ")");
 }
 
 void KernelWriter::ComputeOutput(size_t output_slot, const KernelIndex& domain_index) {

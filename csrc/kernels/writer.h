@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "fusion/planner.h"
+#include "fusion/rules.h"
 #include "kernels/dialect.h"
 #include "kernels/signature.h"
 #include "program/program.h"
@@ -99,6 +100,7 @@ class KernelWriter {
  private:
   std::string Load(size_t slot, KernelIndex index);
   std::string Compute(const Step& step, BufferId id, KernelIndex index);
+  std::string AsCommonDtype(const PointwiseRule& rule, BufferId input, std::string value) const;
   std::string ViewValue(const Step& step, KernelIndex index);
   std::string Lookup(const std::string& key) const;
   void Remember(const std::string& key, const std::string& value);
