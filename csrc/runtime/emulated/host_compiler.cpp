@@ -22,7 +22,9 @@ namespace {
 
 // The dialect NVRTC compiles (C++17); -O1 keeps compiles short and loops
 // fast enough for the small tensors emulation runs on.
-constexpr const char* kFlags = "-std=c++17 -O1 -shared -fPIC -w";
+// -fwrapv: signed integers wrap on a GPU (and in eager's kernels); without
+// it the host compiler may assume int64 overflow never happens.
+constexpr const char* kFlags = "-std=c++17 -O1 -shared -fPIC -w -fwrapv";
 
 std::string Quote(const std::string& text) {
   std::string out = "'";
