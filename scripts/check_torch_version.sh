@@ -2,8 +2,8 @@
 # Builds lazyfuse against one torch release in a venv of its own, the way a
 # user with a pip-installed torch would, then tests it.
 #
-#   bash scripts/check_torch_version.sh 2.11.0     # CI: the PyPI CUDA 13.0 wheel
-#   bash scripts/check_torch_version.sh 2.15.0     # by hand
+#   bash scripts/check_torch_version.sh 2.11.0     # CI: the oldest supported, PyPI CUDA 13.0 wheel
+#   bash scripts/check_torch_version.sh 2.15.0     # CI: the newest, what `pip install torch` brings
 #
 # - The venv and the build tree are cached under $LAZYFUSE_VERSIONS_CACHE
 #   (default ~/.cache/lazyfuse/versions), so a second run downloads nothing and
