@@ -114,7 +114,8 @@ void DecomposeFunctionalized(const c10::OperatorHandle& op, torch::jit::Stack* s
     lazy = lazy ||
            (value.isTensor() && value.toTensor().defined() && value.toTensor().device().is_lazy());
   }
-  if (lazy && op.hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd)) {
+  if (lazy && op.hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd) &&
+      !op.hasKernelForDispatchKey(c10::DispatchKey::Lazy)) {
     const bool override = op.hasKernelForDispatchKey(c10::DispatchKey::AutogradLazy);
     c10::Dispatcher::singleton().callBoxedForDispatchKey(
         op,
@@ -135,10 +136,13 @@ void DecomposeFunctionalized(const c10::OperatorHandle& op, torch::jit::Stack* s
   }
 }
 
+// An op with a Lazy kernel of its own (silu_backward) keeps reaching it
+// through functionalization's fallback.
 bool NeedsFunctionalizeDecomposition(const c10::OperatorHandle& op) {
   return op.hasSchema() && IsFunctionalSchema(op.schema()) &&
          op.hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd) &&
-         !op.hasKernelForDispatchKey(c10::DispatchKey::Functionalize);
+         !op.hasKernelForDispatchKey(c10::DispatchKey::Functionalize) &&
+         !op.hasKernelForDispatchKey(c10::DispatchKey::Lazy);
 }
 
 // aten's composite kernels that take views are composed from lowered ops in

@@ -118,8 +118,6 @@ VIA_OPINFO: dict[str, tuple[str, str]] = {
     "igamma": ("igamma", ""),
     "igammac": ("igammac", ""),
     "index_add": ("index_add", ""),
-    "index_fill.int_Scalar": ("index_fill", ""),
-    "index_fill.int_Tensor": ("index_fill", ""),
     "isin.Tensor_Tensor": ("isin", ""),
     "isnan": ("isnan", ""),
     "isneginf": ("isneginf", ""),

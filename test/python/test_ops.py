@@ -197,6 +197,15 @@ CASES: dict[str, Case] = {
 
 
 CASES["pow.Scalar"] = Case(lambda a: 2.0**a, inputs(randn(5)), kernels=["pow"])
+# Not through OpInfo: its value tensor's gradient takes _unique, an eager
+# fallback; the gradient of self does not.
+CASES["index_fill.int_Scalar"] = Case(
+    lambda a: a.index_fill(1, torch.tensor([0, 2]).to(a.device), -1.5), inputs(randn(3, 4))
+)
+CASES["index_fill.int_Tensor"] = Case(
+    lambda a, v: a.index_fill(0, torch.tensor([1]).to(a.device), v.detach()),
+    inputs(randn(3, 4), lambda: torch.randn(())),
+)
 
 
 def test_every_yaml_op_has_a_case() -> None:
