@@ -15,8 +15,10 @@ namespace {
 constexpr const char* kCudaTarget = R"CUDA(
 typedef unsigned short lf_half;
 typedef unsigned short lf_bf16;
-// CUDA eager's pow(x, 3) and pow(x, -2) on half round every product.
+// CUDA eager's pow(x, 3) and pow(x, -2) on half round every product, and
+// its pow(x, 0.5) and pow(x, -0.5) are roots.
 #define LF_HALF_POW_ROUNDS_EACH_PRODUCT 1
+#define LF_HALF_POW_ROOTS_AS_POW 0
 // CUDA eager's maximum and relu are fmaxf: its choice between +0 and -0.
 #define LF_ZERO_TIES_AS_FMAX 1
 // CUDA eager's add and sub read a CPU scalar at full precision
@@ -130,6 +132,10 @@ __device__ __forceinline__ float lf_pow_scalar_bf16(float x, float e) {
   return lf_pow_scalar(x, e);
 }
 __device__ __forceinline__ float lf_pow_scalar_half(float x, float e) {
+#if LF_HALF_POW_ROOTS_AS_POW
+  // pow(), not a root: they differ at -inf and -0 (pow(-inf, 0.5) is inf).
+  if (e == 0.5f || e == -0.5f) return lf_pow(x, e);
+#endif
 #if LF_HALF_POW_ROUNDS_EACH_PRODUCT
   if (e == 3.f) return lf_round_half(x * x) * x;
   if (e == -2.f) return 1.f / lf_round_half(x * x);

@@ -23,8 +23,10 @@ constexpr const char* kEmulatedTarget = R"CPP(
 #define blockDim (lf_dim3{lf_env->block_dim_x, 1u, 1u})
 #define gridDim (lf_dim3{lf_env->grid_dim_x, 1u, 1u})
   // Emulated kernels are checked against CPU eager, whose pow(x, 3) on half
-  // rounds once (see lf_pow_scalar_half).
+  // rounds once, and whose half pow(x, 0.5) is pow(), not a root (see
+  // lf_pow_scalar_half),
 #define LF_HALF_POW_ROUNDS_EACH_PRODUCT 0
+#define LF_HALF_POW_ROOTS_AS_POW 1
   // and whose maximum, minimum and relu keep the first operand on a tie of
   // +0 and -0 (see lf_max_number).
 #define LF_ZERO_TIES_AS_FMAX 0

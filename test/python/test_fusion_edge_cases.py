@@ -225,6 +225,13 @@ def test_numbers_promote_and_round_as_in_eager(engine: str, case: str) -> None:
     assert_same(SCALAR_CASES[case])
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=str)
+def test_pow_roots_at_infinities_and_signed_zeros(engine: str, dtype: torch.dtype) -> None:
+    """CPU eager's half pow(x, 0.5) is pow() (inf at -inf), CUDA's a root."""
+    x = torch.tensor([-float("inf"), -0.0, 0.0, 4.0, float("inf"), float("nan")], dtype=dtype)
+    assert_same(lambda d: [x.to(d).pow(0.5), x.to(d).pow(-0.5)])
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_pow_rounds_its_exponent_to_the_base_dtype(engine: str, dtype: torch.dtype) -> None:
     torch.manual_seed(0)
