@@ -163,8 +163,10 @@ def wide_slice(t: torch.Tensor, salt: int) -> torch.Tensor:
     [n, n, k] with n * n * k > 2^31 + 4096: never stored by a fused kernel.
     Off the lazy device, the same elements by index arithmetic, so eager
     never stores the 2^31 elements either. Booleans, so that an engine that
-    did store them would need 2 GiB, not 8."""
-    p = t.reshape(-1) > 0
+    did store them would need 2 GiB, not 8. At most 64 values of t: the
+    product's base, [n, n, 1], is stored when a view of it outlives the step
+    (functionalization keeps a view chain's base)."""
+    p = (t.reshape(-1) > 0)[:64]
     n = p.numel()
     if n == 0:
         return p
