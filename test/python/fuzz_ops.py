@@ -12,6 +12,18 @@ import torch
 import torch.nn.functional as F
 
 
+def _wide(t: torch.Tensor) -> torch.Tensor:
+    """Half and bfloat16 as float32. CPU eager's floor and trunc division of
+    those dtypes round intermediates in its vectorised body but not in its
+    scalar tail, so no kernel can match it element for element."""
+    return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
+
+
+def _rounding_div(a: torch.Tensor, b: torch.Tensor, mode: str) -> torch.Tensor:
+    divisor = _int_divisor(b) if not b.is_floating_point() else _wide(b).abs() + 0.5
+    return torch.div(_wide(a), divisor, rounding_mode=mode)
+
+
 def _int_divisor(t: torch.Tensor) -> torch.Tensor:
     return t.abs() % 7 + 1 if t.dtype != torch.uint8 else t % 7 + 1
 
@@ -64,12 +76,8 @@ EXACT_BINARY: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = 
     "ge": torch.ge,
     "lt": torch.lt,
     "eq": torch.eq,
-    "floor_div": lambda a, b: torch.div(
-        a, _int_divisor(b) if not b.is_floating_point() else b.abs() + 0.5, rounding_mode="floor"
-    ),
-    "trunc_div": lambda a, b: torch.div(
-        a, _int_divisor(b) if not b.is_floating_point() else b.abs() + 0.5, rounding_mode="trunc"
-    ),
+    "floor_div": lambda a, b: _rounding_div(a, b, "floor"),
+    "trunc_div": lambda a, b: _rounding_div(a, b, "trunc"),
     "and": lambda a, b: a.to(torch.bool) & b.to(torch.bool),
 }
 SCALARS: list[object] = [2, -3, 0, 1, 0.5, -1.25, 3.0, 0.1, True, False, -0.0]
@@ -112,7 +120,7 @@ EXACT_SCALAR_OPS: dict[str, Callable[[torch.Tensor, object], torch.Tensor]] = {
     "le_s": lambda t, s: t <= s,
     "gt_s": lambda t, s: t > s,
     "ne_s": lambda t, s: t != s,
-    "floor_div_s": lambda t, s: torch.div(t, abs(float(s)) + 0.1, rounding_mode="floor"),
+    "floor_div_s": lambda t, s: torch.div(_wide(t), abs(float(s)) + 0.1, rounding_mode="floor"),
     # 2.1 and 0.3 are rounded to a half base's dtype first, as eager does
     "pow_s": lambda t, s: torch.pow(t, [2, 3, 0.5, -1, 2.5, 2.1, 0.3][int(abs(float(s)) * 10) % 7]),
 }
