@@ -178,29 +178,29 @@ class Registry final : public c10::OpRegistrationListener {
       has_pending_.store(false, std::memory_order_release);
     }
     size_t registered = 0;
+    const auto add = [&](const c10::OperatorName& name,
+                         c10::DispatchKey key,
+                         c10::KernelFunction kernel,
+                         const char* what) {
+      handles_.push_back(c10::Dispatcher::singleton().registerImpl(
+          name, key, std::move(kernel), std::nullopt, nullptr, what));
+      ++registered;
+    };
     for (const c10::OperatorName& name : names) {
       std::optional<c10::OperatorHandle> op = c10::Dispatcher::singleton().findOp(name);
       // Registering gives the op the kernel it lacked, so a name seen twice
       // is skipped.
       if (op && NeedsFunctionalizedComposite(*op)) {
-        handles_.push_back(c10::Dispatcher::singleton().registerImpl(
-            name,
+        add(name,
             c10::DispatchKey::Lazy,
             c10::KernelFunction::makeFromBoxedFunction<&RunFunctionalized>(),
-            std::nullopt,
-            nullptr,
-            "lazyfuse: composite kernel run with functionalization"));
-        ++registered;
+            "lazyfuse: composite kernel run with functionalization");
       }
       if (op && NeedsFunctionalizeDecomposition(*op)) {
-        handles_.push_back(c10::Dispatcher::singleton().registerImpl(
-            name,
+        add(name,
             c10::DispatchKey::Functionalize,
             c10::KernelFunction::makeFromBoxedFunction<&DecomposeFunctionalized>(),
-            std::nullopt,
-            nullptr,
-            "lazyfuse: CompositeImplicitAutograd decomposed above functionalization"));
-        ++registered;
+            "lazyfuse: CompositeImplicitAutograd decomposed above functionalization");
       }
     }
     return registered;
