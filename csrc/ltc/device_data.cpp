@@ -35,14 +35,16 @@ torch::lazy::OpKind DeviceData::ClassOpKind() {
 }
 
 DeviceData::DeviceData(std::shared_ptr<torch::lazy::BackendData> data)
-    : LazyFuseNode(
-          ClassOpKind(),
-          /*operands=*/{},
-          data->shape(),
-          /*num_outputs=*/1,
-          /*hash_seed=*/static_cast<uint32_t>(IsWrappedNumber(data) ? 0x6c6677 : 0x6c6664)),
+    : DeviceData(data, IsWrappedNumber(data)) {}
+
+DeviceData::DeviceData(std::shared_ptr<torch::lazy::BackendData> data, bool wrapped_number)
+    : LazyFuseNode(ClassOpKind(),
+                   /*operands=*/{},
+                   data->shape(),
+                   /*num_outputs=*/1,
+                   /*hash_seed=*/static_cast<uint32_t>(wrapped_number ? 0x6c6677 : 0x6c6664)),
       data_(std::move(data)),
-      wrapped_number_(IsWrappedNumber(data_)),
+      wrapped_number_(wrapped_number),
       last_used_step_(g_step.load(std::memory_order_relaxed)) {
   LiveNodes& live = Live();
   std::lock_guard<std::mutex> lock(live.mutex);

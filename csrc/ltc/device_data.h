@@ -43,12 +43,16 @@ class DeviceData : public LazyFuseNode {
   const std::shared_ptr<torch::lazy::BackendData>& data() const {
     return data_;
   }
+  // A Python number promotes differently from a 0-dim tensor of its dtype
+  // (BufferInfo::wrapped_number), so the two hash apart and never share a node.
+  bool wrapped_number() const {
+    return wrapped_number_;
+  }
 
   static const DeviceData* Cast(const torch::lazy::Node* node);
 
  private:
-  // A Python number promotes differently from a 0-dim tensor of its dtype
-  // (BufferInfo::wrapped_number), so the two hash apart and never share a node.
+  DeviceData(std::shared_ptr<torch::lazy::BackendData> data, bool wrapped_number);
   static bool IsWrappedNumber(const std::shared_ptr<torch::lazy::BackendData>& data);
 
   std::shared_ptr<torch::lazy::BackendData> data_;

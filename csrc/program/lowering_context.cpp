@@ -3,7 +3,6 @@
 #include <c10/util/Exception.h>
 #include <torch/csrc/lazy/core/metrics.h>
 
-#include "ltc/backend_data.h"
 #include "ltc/device_data.h"
 #include "ltc/node.h"
 
@@ -40,7 +39,7 @@ void LazyFuseLoweringContext::Lower(const torch::lazy::Node* node) {
   if (const DeviceData* device_data = DeviceData::Cast(node)) {
     TORCH_CHECK(device_data->data() != nullptr,
                 "lazyfuse: device data of a finished step reached a graph");
-    EmitParameter(node, device_data->data());
+    EmitParameter(*device_data);
     return;
   }
   if (node->op() == TensorList::ClassOpKind()) {
@@ -110,22 +109,21 @@ void LazyFuseLoweringContext::EmitStep(const torch::lazy::Node* node,
   builder_.AddStep(std::move(step));
 }
 
-void LazyFuseLoweringContext::EmitParameter(const torch::lazy::Node* node,
-                                            const std::shared_ptr<torch::lazy::BackendData>& data) {
+void LazyFuseLoweringContext::EmitParameter(const DeviceData& node) {
+  const std::shared_ptr<torch::lazy::BackendData>& data = node.data();
   // Same numbering as LazyGraphExecutor::RunPostOrder: first appearance in
   // post-order, one parameter per distinct data handle.
   const auto handle = data->GetHandle();
   auto it = parameter_by_handle_.find(handle);
   if (it == parameter_by_handle_.end()) {
     const auto& shape = data->shape();
-    const auto* ours = dynamic_cast<const LazyFuseBackendData*>(data.get());
-    BufferId id = builder_.AddParameter(
-        shape.scalar_type(), shape.sizes().vec(), ours != nullptr && ours->is_wrapped_number());
+    BufferId id =
+        builder_.AddParameter(shape.scalar_type(), shape.sizes().vec(), node.wrapped_number());
     it = parameter_by_handle_.emplace(handle, BoundParameter{id, parameters_.size()}).first;
     parameters_.push_back(data);
   }
   parameter_sequence_.push_back(it->second.index);
-  outputs_[node] = {it->second.buffer};
+  outputs_[&node] = {it->second.buffer};
 }
 
 void LazyFuseLoweringContext::EmitConstant(const torch::lazy::Node* node, at::Tensor value) {

@@ -12,6 +12,8 @@
 
 namespace lazyfuse {
 
+class DeviceData;
+
 class LazyFuseComputation : public torch::lazy::Computation {
  public:
   explicit LazyFuseComputation(std::shared_ptr<const Program> program);
@@ -64,8 +66,7 @@ class LazyFuseLoweringContext : public torch::lazy::LoweringContext {
                 StepFn fn,
                 StepAttrs attrs = {},
                 std::string overload = {});
-  void EmitParameter(const torch::lazy::Node* node,
-                     const std::shared_ptr<torch::lazy::BackendData>& data);
+  void EmitParameter(const DeviceData& node);
   void EmitConstant(const torch::lazy::Node* node, at::Tensor value);
   void EmitTensorList(const torch::lazy::Node* node);
 
