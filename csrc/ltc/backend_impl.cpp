@@ -23,15 +23,28 @@ namespace lazyfuse {
 namespace {
 
 // A graph that failed after overwriting parameters: its results, once a read
-// of one of them finishes it.
+// of one of them finishes it. Only results that some tensor still holds are
+// computed then: the user may have dropped the one whose step failed.
 class FinishLater {
  public:
-  explicit FinishLater(std::shared_ptr<ProgramRun> run) : run_(std::move(run)) {}
+  explicit FinishLater(std::shared_ptr<ProgramRun> run)
+      : run_(std::move(run)), holders_(run_->program->results.size()) {}
+
+  // Kept alive by whatever holds result `index`'s pending data.
+  std::shared_ptr<void> Holder(size_t index) {
+    auto holder = std::make_shared<size_t>(index);
+    holders_.at(index) = holder;
+    return holder;
+  }
 
   at::Tensor Result(size_t index) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (run_ != nullptr) {
-      results_ = ContinueProgram(*run_);
+      std::vector<bool> wanted(holders_.size());
+      for (size_t k = 0; k < holders_.size(); ++k) {
+        wanted[k] = k == index || !holders_[k].expired();
+      }
+      results_ = ContinueProgram(*run_, wanted);
       run_.reset();
       TORCH_LAZY_COUNTER("LazyFuseGraphsFinishedLater", 1);
     }
@@ -41,6 +54,7 @@ class FinishLater {
  private:
   std::mutex mutex_;
   std::shared_ptr<ProgramRun> run_;
+  std::vector<std::weak_ptr<void>> holders_;
   std::vector<at::Tensor> results_;
 };
 
@@ -217,9 +231,9 @@ class LazyFuseBackendImpl : public torch::lazy::BackendImplInterface {
       for (size_t i = 0; i < program->results.size(); ++i) {
         const BufferInfo& info = program->buffers[program->results[i]];
         results.push_back(std::make_shared<LazyFuseBackendData>(
-            device, torch::lazy::Shape(info.dtype, info.sizes), [finished, i] {
-              return finished->Result(i);
-            }));
+            device,
+            torch::lazy::Shape(info.dtype, info.sizes),
+            [finished, i, holder = finished->Holder(i)] { return finished->Result(i); }));
       }
       return results;
     }

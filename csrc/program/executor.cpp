@@ -4,7 +4,10 @@
 #include <c10/util/Exception.h>
 #include <torch/csrc/lazy/core/metrics.h>
 
+#include <algorithm>
+
 #include "ltc/config.h"
+#include "program/error_text.h"
 
 namespace lazyfuse {
 
@@ -15,6 +18,32 @@ namespace {
 bool SharesNoMemory(const at::Tensor& tensor) {
   return tensor.defined() && tensor.use_count() == 1 && tensor.has_storage() &&
          tensor.storage().use_count() == 1;
+}
+
+// By step, from `from` on: whether it computes something the wanted results
+// read. Every step when all results are wanted.
+std::vector<uint8_t> StepsToRun(const Program& program,
+                                size_t from,
+                                const std::vector<bool>& wanted) {
+  std::vector<uint8_t> runs(program.steps.size(), 1);
+  if (wanted.empty()) {
+    return runs;
+  }
+  std::vector<uint8_t> read(program.buffers.size(), 0);
+  for (size_t k = 0; k < program.results.size(); ++k) {
+    read[program.results[k]] |= static_cast<uint8_t>(k < wanted.size() && wanted[k]);
+  }
+  for (size_t i = program.steps.size(); i-- > from;) {
+    const Step& step = program.steps[i];
+    runs[i] = std::any_of(
+        step.outputs.begin(), step.outputs.end(), [&](BufferId id) { return read[id] != 0; });
+    if (runs[i] != 0) {
+      for (BufferId id : step.inputs) {
+        read[id] = 1;
+      }
+    }
+  }
+  return runs;
 }
 
 }  // namespace
@@ -43,7 +72,7 @@ ProgramRun StartProgram(std::shared_ptr<const Program> program,
   return run;
 }
 
-std::vector<at::Tensor> ContinueProgram(ProgramRun& run) {
+std::vector<at::Tensor> ContinueProgram(ProgramRun& run, const std::vector<bool>& wanted) {
   TORCH_CHECK(run.lost.empty(), run.lost);
   TORCH_LAZY_TIMED("LazyFuseExecute");
   const Program& program = *run.program;
@@ -52,56 +81,54 @@ std::vector<at::Tensor> ContinueProgram(ProgramRun& run) {
   // while tracing.
   at::AutoDispatchBelowADInplaceOrView below_autograd;
   const c10::Device device = BackingDevice();
+  const std::vector<uint8_t> runs = StepsToRun(program, run.next_step, wanted);
   for (size_t i = run.next_step; i < program.steps.size(); ++i) {
     run.next_step = i;
     const Step& step = program.steps[i];
+    if (runs[i] == 0) {
+      for (BufferId id : program.release_after[i]) {
+        slots[id].reset();
+      }
+      continue;
+    }
     KernelArgs args(slots, step.inputs, step.operand_arity, step.op.c_str(), device);
     std::vector<BufferId> overwritten;
     args.AllowOverwrites(run.owned, program.release_after[i], &overwritten);
     std::vector<at::Tensor> outs;
-    const auto count_overwrites = [&] {
+    // Donated parameters the step wrote over; a step that failed after
+    // writing over any input cannot run again, so the run is lost.
+    const auto record_overwrites = [&](const std::string* failure) {
       for (BufferId id : overwritten) {
         if (run.donated[id] != 0) {
           run.overwrote_parameter = true;
           TORCH_LAZY_COUNTER("LazyFuseDonatedParameters", 1);
         }
       }
+      if (failure != nullptr && !overwritten.empty()) {
+        run.lost = "lazyfuse: this value was lost. " + *failure +
+                   "\nThat step had begun writing over its inputs' memory (buffer donation), so "
+                   "it cannot run again.";
+      }
     };
     try {
       outs = step.fn(args);
     } catch (const c10::OutOfMemoryError& error) {
-      count_overwrites();
-      if (!overwritten.empty()) {
-        run.lost = std::string("lazyfuse: ") + step.op +
-                   " ran out of memory after writing over its inputs";
-      }
-      TORCH_CHECK_WITH(OutOfMemoryError,
-                       false,
-                       "lazyfuse: ",
-                       step.op,
-                       " (step ",
-                       i,
-                       " of the graph) ran out of memory on ",
-                       BackingDevice(),
-                       ": ",
-                       error.what_without_backtrace());
+      const std::string message = "lazyfuse: " + step.op + " (step " + std::to_string(i) +
+                                  " of the graph) ran out of memory on " + BackingDevice().str() +
+                                  ": " + error.what_without_backtrace();
+      record_overwrites(&message);
+      TORCH_CHECK_WITH(OutOfMemoryError, false, message);
     } catch (const std::exception& error) {
-      const std::string what = error.what();
+      const std::string what = ErrorText(error);
       const bool out_of_memory = what.find("can't allocate memory") != std::string::npos ||
                                  what.find("out of memory") != std::string::npos;
       const std::string message = "lazyfuse: " + step.op + " (step " + std::to_string(i) +
                                   " of the graph) failed on " + BackingDevice().str() +
-                                  (out_of_memory ? " (out of memory)" : "") + ": " +
-                                  what.substr(0, what.find("\nException raised from"));
-      count_overwrites();
-      if (!overwritten.empty()) {
-        run.lost = "lazyfuse: this value was lost. " + message +
-                   "\nThat step had begun writing over its inputs' memory (buffer donation), so "
-                   "it cannot run again.";
-      }
+                                  (out_of_memory ? " (out of memory)" : "") + ": " + what;
+      record_overwrites(&message);
       TORCH_CHECK(false, message);
     }
-    count_overwrites();
+    record_overwrites(nullptr);
     TORCH_CHECK(outs.size() == step.outputs.size(),
                 "lazyfuse: ",
                 step.op,

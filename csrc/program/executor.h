@@ -36,8 +36,10 @@ ProgramRun StartProgram(std::shared_ptr<const Program> program,
 
 // Runs the steps left and returns the program's results. A failing step
 // leaves the run at that step, ready to be continued, unless it had written
-// over an input (`lost`).
-std::vector<at::Tensor> ContinueProgram(ProgramRun& run);
+// over an input (`lost`). With `wanted` (by result), only the steps those
+// results need run, and the other results come back undefined: a run finished
+// later must not redo work, such as a failed allocation, that nothing reads.
+std::vector<at::Tensor> ContinueProgram(ProgramRun& run, const std::vector<bool>& wanted = {});
 
 // Runs `program` from start to end, donating no parameter.
 std::vector<at::Tensor> RunProgram(const Program& program, std::vector<at::Tensor> parameters);

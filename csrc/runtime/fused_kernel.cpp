@@ -9,6 +9,7 @@
 #include <atomic>
 
 #include "kernels/writer.h"
+#include "program/error_text.h"
 #include "runtime/view_group.h"
 
 namespace lazyfuse {
@@ -352,8 +353,7 @@ std::vector<at::Tensor> FusedKernel::Run(const std::vector<at::Tensor>& inputs,
   } catch (const c10::OutOfMemoryError&) {
     throw;  // the ATen steps would need the same memory
   } catch (const std::exception& error) {
-    std::string what = error.what();
-    what = what.substr(0, what.find("\nException raised from"));
+    const std::string what = ErrorText(error);
     const std::string name = FusedStepName(*program_, group_);
     // Inputs the kernel wrote over no longer hold what the ATen steps read.
     const size_t written =

@@ -10,6 +10,8 @@
 #include <system_error>
 #include <thread>
 
+#include "program/error_text.h"
+
 namespace lazyfuse {
 namespace emulated {
 namespace {
@@ -203,7 +205,7 @@ void ThreadMain(ThreadContext* context, const EmuLaunch* launch) {
     launch->entry(&context->env, launch->params);
   } catch (const EmuAbort&) {
   } catch (const std::exception& error) {
-    FailFromThread(*context, std::string("exception: ") + error.what());
+    FailFromThread(*context, std::string("exception: ") + ErrorText(error));
   }
   std::lock_guard<std::mutex> lock(block.mutex);
   ++block.exited;
