@@ -14,7 +14,7 @@ namespace {
 enum class Role { kOpaque, kPointwise, kView, kReduction };
 
 Role RoleOf(const Step& step, const Program& program) {
-  if (!step.operand_arity.empty()) {
+  if (step.kind == StepKind::kCollective || !step.operand_arity.empty()) {
     return Role::kOpaque;  // tensor-list operands: cat, stack, index
   }
   if (ReductionRuleFor(step, program)) {

@@ -58,6 +58,35 @@ class FinishLater {
   std::vector<at::Tensor> results_;
 };
 
+// Why a failed run keeps its results pending instead of starting over.
+std::string WhyResultsPending(const ProgramRun& run) {
+  if (!run.ran_collective.empty() && !run.lost.empty()) {
+    return "the collective " + run.ran_collective +
+           " failed. A collective is never retried, since other ranks may have completed it: "
+           "the values this graph computes are lost, and reading one of them raises this "
+           "error. Every rank must stop, or re-create the process group and reassign those "
+           "tensors (for example, load a checkpoint).";
+  }
+  if (!run.lost.empty()) {
+    return "the failing kernel had already begun writing its results over the memory of some "
+           "of its inputs (buffer donation), parameters among them, so neither it nor the "
+           "graph can be run again: the values this graph computes are lost, and reading one "
+           "of them raises this error. Reassign those tensors (for example, load a checkpoint) "
+           "to go on. LAZYFUSE_DONATE=0 turns donation off.";
+  }
+  const std::string cause =
+      run.ran_collective.empty()
+          ? "had already written results over some of its inputs (buffer donation)"
+          : "had already run the collective " + run.ran_collective +
+                ", which every rank runs exactly once";
+  return "the graph " + cause +
+         ", so it cannot be redone from the start. Nothing is lost: the tensors it computes keep "
+         "their pending values, and the graph finishes when one of them is next read (free "
+         "memory first if it ran out)." +
+         (run.ran_collective.empty() ? std::string(" LAZYFUSE_DONATE=0 turns donation off.")
+                                     : std::string());
+}
+
 // Whether the graph may write over parameter `data`'s memory: nothing but
 // the graph reads the data afterwards, and no other tensor shares the memory.
 bool MayDonate(const torch::lazy::BackendDataPtr& argument, const LazyFuseBackendData& data) {
@@ -223,10 +252,10 @@ class LazyFuseBackendImpl : public torch::lazy::BackendImplInterface {
     try {
       outputs = ContinueProgram(*run);
     } catch (...) {
-      if (!run->overwrote_parameter) {
+      if (!run->overwrote_parameter && run->ran_collective.empty()) {
         throw;  // nothing overwritten: the sync puts the tensors' IR back
       }
-      FailAfterOverwrites(std::current_exception(), /*values_lost=*/!run->lost.empty());
+      FailWithResultsPending(std::current_exception(), WhyResultsPending(*run));
       auto finished = std::make_shared<FinishLater>(std::move(run));
       for (size_t i = 0; i < program->results.size(); ++i) {
         const BufferInfo& info = program->buffers[program->results[i]];

@@ -18,7 +18,7 @@ struct FullSync {
   bool active = false;
   std::unordered_map<const torch::lazy::BackendData*, long> graph_holders;
   std::exception_ptr failure;
-  bool values_lost = false;
+  std::string explanation;
 };
 thread_local FullSync t_full_sync;
 
@@ -33,7 +33,7 @@ class FullSyncScope {
   }
 };
 
-void RaiseFailureAfterOverwrites(const std::exception_ptr& failure, bool values_lost) {
+void RaiseWithResultsPending(const std::exception_ptr& failure, const std::string& explanation) {
   std::string what;
   bool out_of_memory = false;
   try {
@@ -46,19 +46,7 @@ void RaiseFailureAfterOverwrites(const std::exception_ptr& failure, bool values_
   } catch (const std::exception& error) {
     what = error.what();
   }
-  const std::string message =
-      what + (values_lost
-                  ? "\nlazyfuse: the failing kernel had already begun writing its results over "
-                    "the memory of some of its inputs (buffer donation), parameters among them, "
-                    "so neither it nor the graph can be run again: the values this graph "
-                    "computes are lost, and reading one of them raises this error. Reassign "
-                    "those tensors (for example, load a checkpoint) to go on. "
-                    "LAZYFUSE_DONATE=0 turns donation off."
-                  : "\nlazyfuse: the graph had already written results over some of its inputs "
-                    "(buffer donation), so it cannot be redone from the start. Nothing is lost: "
-                    "the tensors it computes keep their pending values, and the graph finishes "
-                    "when one of them is next read (free memory first if it ran out). "
-                    "LAZYFUSE_DONATE=0 turns donation off.");
+  const std::string message = what + "\nlazyfuse: " + explanation;
   if (out_of_memory) {
     TORCH_CHECK_WITH(OutOfMemoryError, false, message);
   }
@@ -86,10 +74,13 @@ bool GraphMayOverwrite(const torch::lazy::BackendDataPtr& data) {
   return it != t_full_sync.graph_holders.end() && data.use_count() == it->second + 1;
 }
 
-void FailAfterOverwrites(std::exception_ptr error, bool values_lost) {
-  TORCH_INTERNAL_ASSERT(t_full_sync.active, "lazyfuse: only mark_step overwrites parameters");
+void FailWithResultsPending(std::exception_ptr error, std::string explanation) {
+  TORCH_CHECK(t_full_sync.active,
+              "lazyfuse: a graph that cannot be run again (it overwrote parameters or ran a "
+              "collective) failed outside mark_step: ",
+              explanation);
   t_full_sync.failure = std::move(error);
-  t_full_sync.values_lost = values_lost;
+  t_full_sync.explanation = std::move(explanation);
 }
 
 void LazyFuseGraphExecutor::SyncLiveTensorsGraph(const torch::lazy::BackendDevice* device,
@@ -121,7 +112,7 @@ void LazyFuseGraphExecutor::SyncLiveTensorsGraph(const torch::lazy::BackendDevic
     throw;
   }
   if (t_full_sync.failure) {
-    RaiseFailureAfterOverwrites(t_full_sync.failure, t_full_sync.values_lost);
+    RaiseWithResultsPending(t_full_sync.failure, t_full_sync.explanation);
   }
 }
 

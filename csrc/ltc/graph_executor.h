@@ -26,11 +26,12 @@ void DropIrOfComputedTensor(const torch::lazy::LazyTensorPtr& tensor);
 // caller checks that.
 bool GraphMayOverwrite(const torch::lazy::BackendDataPtr& data);
 
-// The graph failed after it had overwritten some of its parameters, so it was
-// not rolled back: its results wait for it to be finished (see
-// LazyFuseBackendData), or, with `values_lost` (the failing step had written
-// over its own inputs), raise when read. The sync returns, then raises `error`.
-void FailAfterOverwrites(std::exception_ptr error, bool values_lost);
+// The graph failed after a step that cannot be undone or redone: it had
+// overwritten some of its parameters, or run a collective. So it was not
+// rolled back: its results wait for it to be finished (see
+// LazyFuseBackendData), or raise when read if it cannot be. The sync
+// returns, then raises `error` followed by `explanation`.
+void FailWithResultsPending(std::exception_ptr error, std::string explanation);
 
 class LazyFuseGraphExecutor : public torch::lazy::LazyGraphExecutor {
  public:
@@ -39,7 +40,8 @@ class LazyFuseGraphExecutor : public torch::lazy::LazyGraphExecutor {
   // stay empty and the tensors' values would be lost; this puts their IR
   // back, clears the failure from the device, and rethrows, so the next
   // mark_step recomputes them. A graph that had already overwritten its
-  // parameters keeps its results pending instead (FailAfterOverwrites).
+  // parameters or ran a collective keeps its results pending instead
+  // (FailWithResultsPending).
   void SyncLiveTensorsGraph(const torch::lazy::BackendDevice* device,
                             c10::ArrayRef<std::string> devices,
                             bool wait) override;

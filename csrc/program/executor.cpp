@@ -35,8 +35,10 @@ std::vector<uint8_t> StepsToRun(const Program& program,
   }
   for (size_t i = program.steps.size(); i-- > from;) {
     const Step& step = program.steps[i];
-    runs[i] = std::any_of(
-        step.outputs.begin(), step.outputs.end(), [&](BufferId id) { return read[id] != 0; });
+    runs[i] = step.kind == StepKind::kCollective ||
+              std::any_of(step.outputs.begin(), step.outputs.end(), [&](BufferId id) {
+                return read[id] != 0;
+              });
     if (runs[i] != 0) {
       for (BufferId id : step.inputs) {
         read[id] = 1;
@@ -108,6 +110,14 @@ std::vector<at::Tensor> ContinueProgram(ProgramRun& run, const std::vector<bool>
         run.lost = "lazyfuse: this value was lost. " + *failure +
                    "\nThat step had begun writing over its inputs' memory (buffer donation), so "
                    "it cannot run again.";
+      }
+      if (step.kind == StepKind::kCollective) {
+        run.ran_collective = step.op;
+        if (failure != nullptr) {
+          run.lost = "lazyfuse: this value was lost. " + *failure +
+                     "\nA collective is never retried: other ranks may have completed it, so "
+                     "running it again would desynchronise the process group.";
+        }
       }
     };
     try {

@@ -23,6 +23,9 @@ struct ProgramRun {
   std::vector<uint8_t> donated;  // by buffer: a donated parameter
   size_t next_step = 0;
   bool overwrote_parameter = false;
+  // A collective step ran (or failed): the run must never start over, or
+  // this rank would run the collective again, alone.
+  std::string ran_collective;
   // Set when a step failed after writing over one of its inputs: it cannot
   // run again, so the run cannot be finished. Says why.
   std::string lost;
@@ -36,7 +39,7 @@ ProgramRun StartProgram(std::shared_ptr<const Program> program,
 
 // Runs the steps left and returns the program's results. A failing step
 // leaves the run at that step, ready to be continued, unless it had written
-// over an input (`lost`). With `wanted` (by result), only the steps those
+// over an input or was a collective (`lost`). With `wanted` (by result), only the steps those
 // results need run, and the other results come back undefined: a run finished
 // later must not redo work, such as a failed allocation, that nothing reads.
 std::vector<at::Tensor> ContinueProgram(ProgramRun& run, const std::vector<bool>& wanted = {});

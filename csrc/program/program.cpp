@@ -25,6 +25,8 @@ const char* StepKindName(StepKind kind) {
       return "view";
     case StepKind::kOpaque:
       return "opaque";
+    case StepKind::kCollective:
+      return "collective";
   }
   return "unknown";
 }

@@ -20,7 +20,10 @@ namespace lazyfuse {
 
 using BufferId = int32_t;
 
-enum class StepKind { kPointwise, kReduction, kView, kOpaque };
+// kCollective: a torch.distributed collective (ops/collectives.h). Every rank
+// must run it exactly once per graph and in program order, so no step kind
+// is ever fused with it, skipped or run twice.
+enum class StepKind { kPointwise, kReduction, kView, kOpaque, kCollective };
 
 const char* StepKindName(StepKind kind);
 
