@@ -8,7 +8,9 @@
 #include <torch/csrc/lazy/core/tensor.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <atomic>
+#include <iterator>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -141,6 +143,14 @@ void RefuseLayout(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch
 
 void LazyFuseEagerFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto& schema = op.schema();
+  TORCH_CHECK(!IsDistributedOp(op.operator_name()),
+              "lazyfuse: ",
+              schema.name(),
+              " is not supported on lazy tensors. The collectives that run in the graph are "
+              "all_reduce, broadcast, all_gather, all_gather_into_tensor, reduce_scatter, "
+              "reduce_scatter_tensor and barrier (and their functional forms); for any other, "
+              "move the tensor off the lazy device first (t.cpu(), or t.to(\"cuda\")), then "
+              "back");
   RefuseViews(schema);
   CountFallback(op);
   const size_t num_arguments = schema.arguments().size();
@@ -217,6 +227,20 @@ void LazyFuseEagerFallback(const c10::OperatorHandle& op, torch::jit::Stack* sta
       result = c10::IValue(c10::List<at::Tensor>(list));
     }
   }
+}
+
+bool IsDistributedOp(const c10::OperatorName& op) {
+  static const char* const kNamespaces[] = {"c10d",
+                                            "_c10d_functional",
+                                            "_c10d_functional_autograd",
+                                            "c10d_functional",
+                                            "_dtensor",
+                                            "symm_mem"};
+  const auto name_space = op.getNamespace();
+  return name_space.has_value() &&
+         std::any_of(std::begin(kNamespaces), std::end(kNamespaces), [&](const char* known) {
+           return *name_space == known;
+         });
 }
 
 bool ForcedEagerFallback(c10::Symbol op) {

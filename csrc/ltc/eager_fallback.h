@@ -18,6 +18,12 @@ void LazyFuseEagerFallback(const c10::OperatorHandle& op, torch::jit::Stack* sta
 // call, so a new setting applies at once.
 bool ForcedEagerFallback(c10::Symbol op);
 
+// Whether `op` belongs to torch.distributed (c10d and the functional
+// collectives). Such an op mutates tensors its schema does not declare, or
+// talks to other ranks, so it can never fall back: a copy would swallow its
+// result, and an extra run would desynchronise the group.
+bool IsDistributedOp(const c10::OperatorName& op);
+
 // Also refuses, naming the op, what would make a sparse, quantized or nested
 // lazy tensor: a lazy tensor is strided.
 void RegisterEagerFallback();

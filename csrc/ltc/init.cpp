@@ -13,6 +13,8 @@
 #include "ltc/graph_executor.h"
 #include "ops/amp_functions.h"
 #include "ops/autocast.h"
+#include "ops/collectives.h"
+#include "ops/eager_copy.h"
 #include "ops/functionalized_composite.h"
 #include "ops/host_arguments.h"
 
@@ -48,6 +50,9 @@ void InitLazyFuseBackend() {
     RegisterAutocast();
     RegisterAmpFunctions();
     RegisterHostArgumentOverrides();
+    // Before the composites: the collectives it covers have kernels then.
+    RegisterCollectives();
+    RegisterEagerCopy();
     RegisterFunctionalizedComposites();
   });
 }

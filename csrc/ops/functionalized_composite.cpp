@@ -11,44 +11,10 @@
 #include <vector>
 
 #include "ltc/eager_fallback.h"
+#include "ops/functional_tensors.h"
 
 namespace lazyfuse {
 namespace {
-
-template <typename Fn>
-void ForEachTensorIn(c10::IValue& value, Fn&& fn) {
-  if (value.isTensor()) {
-    value = c10::IValue(fn(value.toTensor()));
-  } else if (value.isTensorList()) {
-    std::vector<at::Tensor> list = value.toTensorList().vec();
-    for (at::Tensor& tensor : list) {
-      tensor = fn(tensor);
-    }
-    value = c10::IValue(c10::List<at::Tensor>(list));
-  } else if (value.isOptionalTensorList()) {
-    c10::List<std::optional<at::Tensor>> list = value.toOptionalTensorList();
-    c10::List<std::optional<at::Tensor>> mapped;
-    for (const std::optional<at::Tensor> tensor : list) {
-      mapped.push_back(tensor.has_value() ? std::optional<at::Tensor>(fn(*tensor)) : tensor);
-    }
-    value = c10::IValue(mapped);
-  }
-}
-
-at::Tensor ToFunctional(const at::Tensor& tensor) {
-  if (!tensor.defined() || at::functionalization::impl::isFunctionalTensor(tensor)) {
-    return tensor;
-  }
-  return at::functionalization::impl::to_functional_tensor(tensor);
-}
-
-at::Tensor FromFunctional(const at::Tensor& tensor) {
-  if (!tensor.defined() || !at::functionalization::impl::isFunctionalTensor(tensor)) {
-    return tensor;
-  }
-  at::functionalization::impl::sync(tensor);
-  return at::functionalization::impl::from_functional_tensor(tensor);
-}
 
 // The Lazy kernel of an op in Note [Composite kernels below functionalization].
 void RunFunctionalized(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
@@ -123,17 +89,7 @@ void DecomposeFunctionalized(const c10::OperatorHandle& op, torch::jit::Stack* s
         stack);
     return;
   }
-  for (size_t i = stack->size() - num_arguments; i < stack->size(); ++i) {
-    ForEachTensorIn((*stack)[i], FromFunctional);
-  }
-  {
-    c10::impl::ExcludeDispatchKeyGuard below(c10::DispatchKey::Functionalize);
-    op.callBoxed(stack);
-  }
-  const size_t num_returns = op.schema().returns().size();
-  for (size_t i = stack->size() - num_returns; i < stack->size(); ++i) {
-    ForEachTensorIn((*stack)[i], ToFunctional);
-  }
+  CallAsFunctionalizationFallback(op, stack);
 }
 
 // An op with a Lazy kernel of its own (silu_backward) keeps reaching it
@@ -149,7 +105,10 @@ bool NeedsFunctionalizeDecomposition(const c10::OperatorHandle& op) {
 // composite_functions.cpp; every other namespace is a library's.
 bool NeedsFunctionalizedComposite(const c10::OperatorHandle& op) {
   const auto name_space = op.operator_name().getNamespace();
-  return !(name_space.has_value() && *name_space == "aten") && op.hasSchema() &&
+  // A collective's composite kernel would call the process group with lazy
+  // tensors; one lazyfuse does not record is refused by the eager fallback.
+  return !(name_space.has_value() && *name_space == "aten") &&
+         !IsDistributedOp(op.operator_name()) && op.hasSchema() &&
          IsFunctionalSchema(op.schema()) &&
          op.hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) &&
          !op.hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd) &&

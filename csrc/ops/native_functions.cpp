@@ -17,6 +17,7 @@
 #include "generated/LazyNativeFunctions.h"
 #include "ltc/config.h"
 #include "ltc/graph_executor.h"
+#include "ops/collectives.h"
 #include "ops/device_checks.h"
 #include "ops/functionalized_composite.h"
 #include "ops/inference_mode.h"
@@ -86,6 +87,7 @@ at::Tensor LazyNativeFunctions::_to_copy(const at::Tensor& self,
   }
   if (device && device->type() != c10::kLazy) {
     // lazy -> eager: runs the pending graph of this tensor.
+    SyncCollectivesBeforeRead();
     at::Tensor eager = lazy_self->ToTensor(/*detached=*/true);
     DropIrOfComputedTensor(lazy_self);
     return eager.to(options.device(device), non_blocking, /*copy=*/true);
@@ -112,6 +114,7 @@ at::Tensor LazyNativeFunctions::_copy_from(const at::Tensor& self,
     lazy_dst->UpdateFromTensor(self.to(dst.scalar_type()).expand(dst.sizes()), /*sync=*/true);
   } else if (!lazy_dst) {
     // lazy value into an eager tensor: materialise it
+    SyncCollectivesBeforeRead();
     at::Tensor value = lazy_self->ToTensor(/*detached=*/false);
     DropIrOfComputedTensor(lazy_self);
     dst.copy_(value, non_blocking);
@@ -135,6 +138,7 @@ at::Tensor LazyNativeFunctions::_copy_from_and_resize(const at::Tensor& self,
     TORCH_CHECK(lazy_dst, "lazyfuse: _copy_from_and_resize between two non-lazy tensors");
     lazy_dst->UpdateFromTensorOut(self);
   } else if (!lazy_dst) {
+    SyncCollectivesBeforeRead();
     at::Tensor value = lazy_self->ToTensor(/*detached=*/true);
     dst.resize_as_(value).copy_(value);
   } else {
@@ -150,6 +154,7 @@ at::Scalar LazyNativeFunctions::_local_scalar_dense(const at::Tensor& self) {
   TORCH_LAZY_FN_COUNTER("lazy::");
   auto lazy_self = LazyOrNull(self);
   TORCH_CHECK(lazy_self, "lazyfuse: item() on a tensor that is not lazy");
+  SyncCollectivesBeforeRead();
   at::Tensor value = lazy_self->ToTensor(/*detached=*/false);
   DropIrOfComputedTensor(lazy_self);
   return at::_local_scalar_dense(value.cpu());

@@ -285,6 +285,38 @@ def test_copy_accepts_a_source_on_any_device(lazy: torch.device) -> None:
     assert lazyfuse.metrics.fallback_counts() == {}
 
 
+def test_copy_into_an_eager_tensor(lazy: torch.device) -> None:
+    # Functionalization refuses a functional source for a plain destination
+    # (it exempts only XLA); DDP's parameter check does exactly this.
+    source = torch.arange(6.0).reshape(2, 3).to(lazy) * 2
+    target = torch.zeros(2, 3, dtype=torch.float64)
+    returned = target.copy_(source)
+    assert returned is target
+    torch.testing.assert_close(target, torch.arange(6.0, dtype=torch.float64).reshape(2, 3) * 2)
+    column = torch.zeros(3)
+    column.copy_(source[1])
+    torch.testing.assert_close(column, torch.tensor([6.0, 8.0, 10.0]))
+
+
+def test_functionalize_keeps_its_own_copy_rules() -> None:
+    # lazyfuse takes over copy_ under functionalization only for lazy sources.
+    def fill(x: torch.Tensor) -> torch.Tensor:
+        y = torch.zeros_like(x)
+        y.copy_(x * 2)
+        return y
+
+    x = torch.arange(3.0)
+    torch.testing.assert_close(torch.func.functionalize(fill)(x), x * 2)
+    plain = torch.zeros(3)
+
+    def leak(x: torch.Tensor) -> torch.Tensor:
+        plain.copy_(x)
+        return x
+
+    with pytest.raises(RuntimeError, match="mutating a non-functional tensor"):
+        torch.func.functionalize(leak)(x)
+
+
 def test_creation_directly_on_the_lazy_device(lazy: torch.device) -> None:
     made = {
         "arange": torch.arange(2, 11, 3, device=lazy),

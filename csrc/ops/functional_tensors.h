@@ -1,0 +1,73 @@
+#pragma once
+
+// Moving a dispatcher call's tensors into and out of functionalization, as
+// functionalization's own fallback does for an op it knows nothing about.
+
+#include <ATen/FunctionalTensorWrapper.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/ivalue.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+
+#include <optional>
+#include <vector>
+
+namespace lazyfuse {
+
+// Maps every tensor `value` holds: a tensor, a tensor list or an optional
+// tensor list.
+template <typename Fn>
+void ForEachTensorIn(c10::IValue& value, Fn&& fn) {
+  if (value.isTensor()) {
+    value = c10::IValue(fn(value.toTensor()));
+  } else if (value.isTensorList()) {
+    std::vector<at::Tensor> list = value.toTensorList().vec();
+    for (at::Tensor& tensor : list) {
+      tensor = fn(tensor);
+    }
+    value = c10::IValue(c10::List<at::Tensor>(list));
+  } else if (value.isOptionalTensorList()) {
+    c10::List<std::optional<at::Tensor>> list = value.toOptionalTensorList();
+    c10::List<std::optional<at::Tensor>> mapped;
+    for (const std::optional<at::Tensor> tensor : list) {
+      mapped.push_back(tensor.has_value() ? std::optional<at::Tensor>(fn(*tensor)) : tensor);
+    }
+    value = c10::IValue(mapped);
+  }
+}
+
+inline at::Tensor ToFunctional(const at::Tensor& tensor) {
+  if (!tensor.defined() || at::functionalization::impl::isFunctionalTensor(tensor)) {
+    return tensor;
+  }
+  return at::functionalization::impl::to_functional_tensor(tensor);
+}
+
+inline at::Tensor FromFunctional(const at::Tensor& tensor) {
+  if (!tensor.defined() || !at::functionalization::impl::isFunctionalTensor(tensor)) {
+    return tensor;
+  }
+  at::functionalization::impl::sync(tensor);
+  return at::functionalization::impl::from_functional_tensor(tensor);
+}
+
+// What functionalization's fallback does with an op it has no kernel for:
+// unwraps the arguments, calls the op below functionalization, wraps the
+// results. A Functionalize kernel that handles lazy tensors leaves every
+// other tensor to this, so torch.compile and torch.export see no change.
+inline void CallAsFunctionalizationFallback(const c10::OperatorHandle& op,
+                                            torch::jit::Stack* stack) {
+  const size_t num_arguments = op.schema().arguments().size();
+  for (size_t i = stack->size() - num_arguments; i < stack->size(); ++i) {
+    ForEachTensorIn((*stack)[i], FromFunctional);
+  }
+  {
+    c10::impl::ExcludeDispatchKeyGuard below(c10::DispatchKey::Functionalize);
+    op.callBoxed(stack);
+  }
+  const size_t num_returns = op.schema().returns().size();
+  for (size_t i = stack->size() - num_returns; i < stack->size(); ++i) {
+    ForEachTensorIn((*stack)[i], ToFunctional);
+  }
+}
+
+}  // namespace lazyfuse
