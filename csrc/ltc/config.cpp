@@ -34,8 +34,18 @@ bool FlagFromEnv(const char* name) {
 
 // The device torch would use now: torch.cuda.set_device before import
 // picks it.
-c10::Device CurrentCudaDevice() {
-  return c10::Device(c10::kCUDA, c10::impl::getDeviceGuardImpl(c10::kCUDA)->getDevice().index());
+// torchrun starts one process per GPU and names its GPU in LOCAL_RANK; a
+// process started otherwise uses the current device.
+c10::Device DefaultCudaDevice() {
+  const auto* guard = c10::impl::getDeviceGuardImpl(c10::kCUDA);
+  const char* local_rank = std::getenv("LOCAL_RANK");
+  const std::string digits = local_rank ? local_rank : "";
+  if (!digits.empty() && digits.size() <= 3 &&
+      digits.find_first_not_of("0123456789") == std::string::npos &&
+      std::stoi(digits) < guard->deviceCount()) {
+    return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(std::stoi(digits)));
+  }
+  return c10::Device(c10::kCUDA, guard->getDevice().index());
 }
 
 // The N of "cuda:N", checked before CUDA is looked for.
@@ -73,7 +83,7 @@ void InitBackingDeviceFromEnv() {
   if (choice.empty()) {
     // Emulating CUDA means running its kernels on the CPU, GPU or not.
     const bool gpu = at::hasCUDA() && !FlagFromEnv("LAZYFUSE_EMULATE_CUDA");
-    g_backing_device = gpu ? CurrentCudaDevice() : c10::Device(c10::kCPU);
+    g_backing_device = gpu ? DefaultCudaDevice() : c10::Device(c10::kCPU);
   } else if (choice == "cpu") {
     g_backing_device = c10::Device(c10::kCPU);
   } else if (choice == "cuda" || choice.rfind("cuda:", 0) == 0) {
@@ -82,7 +92,7 @@ void InitBackingDeviceFromEnv() {
                 "lazyfuse: LAZYFUSE_DEVICE=",
                 choice,
                 ", but this torch build or machine has no CUDA device");
-    g_backing_device = index < 0 ? CurrentCudaDevice() : CudaDevice(choice, index);
+    g_backing_device = index < 0 ? DefaultCudaDevice() : CudaDevice(choice, index);
   } else {
     TORCH_CHECK(
         false, "lazyfuse: LAZYFUSE_DEVICE must be 'cpu', 'cuda' or 'cuda:N', got '", choice, "'");

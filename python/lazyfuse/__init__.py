@@ -61,7 +61,7 @@ _C._set_library_dirs(
     )
 )
 
-from lazyfuse import amp, config, debug, metrics  # noqa: E402
+from lazyfuse import amp, config, debug, distributed, metrics  # noqa: E402
 from lazyfuse.amp import autocast  # noqa: E402
 
 __all__ = [
@@ -72,6 +72,7 @@ __all__ = [
     "initialize_cache",
     "config",
     "debug",
+    "distributed",
     "lazy_device",
     "mark_step",
     "metrics",

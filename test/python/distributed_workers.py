@@ -235,10 +235,12 @@ def cnn() -> torch.nn.Module:
 MODELS = {"mlp": (mlp, (6,)), "cnn": (cnn, (2, 5, 5))}
 
 
-def check_ddp(
-    rank: int, world: int, store_path: str, fused: bool, model_name: str, bucket_view: bool
+def check_training(
+    rank: int, world: int, store_path: str, fused: bool, model_name: str, wrap: str
 ) -> None:
-    """DDP over lazy tensors against one process training on the global batch."""
+    """Data-parallel training over lazy tensors against one process training
+    on the global batch. `wrap`: "ddp", "ddp_bucket_view" (DDP's two ways
+    to hold gradients) or "helpers" (lazyfuse.distributed.optimizer_step)."""
     import lazyfuse
 
     init(rank, world, store_path, fused)
@@ -247,9 +249,13 @@ def check_ddp(
     torch.manual_seed(0)
     reference = build()
     model = copy.deepcopy(reference).to(lazy)
-    # Small buckets: several allreduces per step.
-    ddp = DistributedDataParallel(model, gradient_as_bucket_view=bucket_view, bucket_cap_mb=0.0005)
-    optimizer = torch.optim.Adam(ddp.parameters(), lr=0.01)
+    forward: torch.nn.Module = model
+    if wrap.startswith("ddp"):
+        # Small buckets: several allreduces per step.
+        forward = DistributedDataParallel(
+            model, gradient_as_bucket_view=wrap == "ddp_bucket_view", bucket_cap_mb=0.0005
+        )
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
     reference_optimizer = torch.optim.Adam(reference.parameters(), lr=0.01)
     generator = torch.Generator().manual_seed(1)
     steps, per_rank = 10, 4
@@ -260,9 +266,12 @@ def check_ddp(
         mine = slice(rank * per_rank, (rank + 1) * per_rank)
         before = lazyfuse.metrics.counter_value(lazyfuse.metrics.GRAPHS_EXECUTED)
         optimizer.zero_grad()
-        loss = torch.nn.functional.mse_loss(ddp(x[mine].to(lazy)), y[mine].to(lazy))
+        loss = torch.nn.functional.mse_loss(forward(x[mine].to(lazy)), y[mine].to(lazy))
         loss.backward()
-        optimizer.step()
+        if wrap == "helpers":
+            lazyfuse.distributed.optimizer_step(optimizer)
+        else:
+            optimizer.step()
         mark_step()
         graphs.append(lazyfuse.metrics.counter_value(lazyfuse.metrics.GRAPHS_EXECUTED) - before)
         # The global batch in one process, split as the ranks split it:

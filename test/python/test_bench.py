@@ -51,3 +51,11 @@ def test_host_overhead_smoke_counts_kernels_per_step(tmp_path: Path) -> None:
         assert row["aliased view groups"] > 0, row
     assert report["overhead"]["host µs per launch"] > 0
     assert "| transformer |" in (tmp_path / "host_overhead.md").read_text()
+
+
+def test_ddp_overhead_smoke_times_both_engines(tmp_path: Path) -> None:
+    report = smoke_report("ddp_overhead", tmp_path)
+    (row,) = report["rows"]
+    for engine in ("eager", "lazyfuse"):
+        assert row[f"{engine} 1 rank ms"] > 0 and row[f"{engine} 2 ranks ms"] > 0, row
+    assert "| mlp |" in (tmp_path / "ddp_overhead.md").read_text()

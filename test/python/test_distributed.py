@@ -5,6 +5,9 @@ its test within TIMEOUT_S; a rank that raises fails it with its traceback."""
 from __future__ import annotations
 
 import os
+import re
+import subprocess
+import sys
 import tempfile
 from collections.abc import Callable
 from typing import Any
@@ -25,10 +28,15 @@ pytestmark = pytest.mark.skipif(
 )
 
 
+# Ranks talk over the loopback interface only.
+LOOPBACK = {"GLOO_SOCKET_IFNAME": "lo", "MASTER_ADDR": "127.0.0.1"}
+
+
 def run_ranks(fn: Callable[..., None], *args: Any, env: dict[str, str] | None = None) -> None:
     """Runs fn(rank, WORLD, store, *args) on every rank; fails on an error or a hang."""
-    saved = {key: os.environ.get(key) for key in env or {}}
-    os.environ.update(env or {})
+    env = {**LOOPBACK, **(env or {})}
+    saved = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)
     with tempfile.TemporaryDirectory() as directory:
         store = os.path.join(directory, "store")
         try:
@@ -69,18 +77,18 @@ def test_ranks_stay_in_lockstep() -> None:
     run_ranks(workers.check_lockstep, False)
 
 
-@pytest.mark.parametrize("bucket_view", [False, True], ids=["copied", "bucket_view"])
-def test_ddp_mlp_with_adam_trains_like_one_process(bucket_view: bool) -> None:
-    run_ranks(workers.check_ddp, False, "mlp", bucket_view)
+@pytest.mark.parametrize("wrap", ["ddp", "ddp_bucket_view", "helpers"])
+def test_mlp_with_adam_trains_like_one_process(wrap: str) -> None:
+    run_ranks(workers.check_training, False, "mlp", wrap)
 
 
 def test_ddp_cnn_with_batchnorm_trains_like_one_process() -> None:
-    run_ranks(workers.check_ddp, False, "cnn", False)
+    run_ranks(workers.check_training, False, "cnn", "ddp")
 
 
 def test_ddp_under_fused_kernels() -> None:
     fused_or_skip(True)
-    run_ranks(workers.check_ddp, True, "cnn", True)
+    run_ranks(workers.check_training, True, "cnn", "ddp_bucket_view")
 
 
 def test_collectives_under_distributed_debug_detail() -> None:
@@ -95,4 +103,28 @@ def test_collectives_under_distributed_debug_detail() -> None:
 def test_ddp_under_distributed_debug_info() -> None:
     # Not DETAIL: there eager DDP itself segfaults on a CPU Gloo group
     # (c10d::Logger::set_env_variables, torch 2.11 to 2.15), lazy or not.
-    run_ranks(workers.check_ddp, False, "mlp", True, env={"TORCH_DISTRIBUTED_DEBUG": "INFO"})
+    env = {"TORCH_DISTRIBUTED_DEBUG": "INFO"}
+    run_ranks(workers.check_training, False, "mlp", "ddp_bucket_view", env=env)
+
+
+def test_torchrun_runs_the_readme_example() -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc_per_node={WORLD}",
+            "-m",
+            "lazyfuse.ddp_demo",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **LOOPBACK},
+        timeout=2 * TIMEOUT_S,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    match = re.search(r"largest parameter difference after \d+ steps: (\S+)", result.stdout)
+    assert match and float(match.group(1)) <= 1e-6, result.stdout
+    assert "eager fallbacks on the lazy device: none" in result.stdout, result.stdout
