@@ -86,5 +86,7 @@ setup(
     # Pinned to the torch it was built against: satisfied by what is
     # installed, so pip never fetches another torch.
     install_requires=[f"torch=={torch_version}"],
+    # Installing lazyfuse installs its pytest plugin (lazyfuse.testing).
+    entry_points={"pytest11": ["lazyfuse = lazyfuse.testing.pytest_plugin"]},
     zip_safe=False,
 )

@@ -11,7 +11,9 @@ PYTHON=${PYTHON:-python3}
 if ! "$PYTHON" -c "import torch" 2>/dev/null; then
   "$PYTHON" -m pip install torch==2.13.0
 fi
-"$PYTHON" -m pip install --quiet pytest pyyaml expecttest hypothesis setuptools wheel matplotlib
+# transformers: the README's "Testing your model" example is a test.
+"$PYTHON" -m pip install --quiet pytest pyyaml expecttest hypothesis setuptools wheel matplotlib \
+  transformers
 command -v cmake >/dev/null || "$PYTHON" -m pip install --quiet cmake
 command -v ninja >/dev/null || "$PYTHON" -m pip install --quiet ninja
 
