@@ -60,6 +60,13 @@ std::vector<Shape> compute_shape_hardtanh(const at::Tensor& self,
   return {ShapeOf(self)};
 }
 
+std::vector<Shape> compute_shape_nan_to_num(const at::Tensor& self,
+                                            std::optional<double> /*nan*/,
+                                            std::optional<double> /*posinf*/,
+                                            std::optional<double> /*neginf*/) {
+  return {ShapeOf(self)};
+}
+
 std::vector<Shape> compute_shape_hardtanh_backward(const at::Tensor& grad_output,
                                                    const at::Tensor& /*self*/,
                                                    const at::Scalar& /*min_val*/,

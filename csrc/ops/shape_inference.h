@@ -15,6 +15,7 @@ TORCH_API std::vector<torch::lazy::Shape> compute_shape_mse_loss_backward(const 
 TORCH_API std::vector<torch::lazy::Shape> compute_shape_select_backward(const at::Tensor & grad_output, at::IntArrayRef input_sizes, int64_t dim, int64_t index);
 TORCH_API std::vector<torch::lazy::Shape> compute_shape_slice_backward(const at::Tensor & grad_output, at::IntArrayRef input_sizes, int64_t dim, int64_t start, int64_t end, int64_t step);
 TORCH_API std::vector<torch::lazy::Shape> compute_shape_hardtanh(const at::Tensor & self, const at::Scalar & min_val, const at::Scalar & max_val);
+TORCH_API std::vector<torch::lazy::Shape> compute_shape_nan_to_num(const at::Tensor & self, ::std::optional<double> nan, ::std::optional<double> posinf, ::std::optional<double> neginf);
 TORCH_API std::vector<torch::lazy::Shape> compute_shape_hardtanh_backward(const at::Tensor & grad_output, const at::Tensor & self, const at::Scalar & min_val, const at::Scalar & max_val);
 TORCH_API std::vector<torch::lazy::Shape> compute_shape_logsumexp(const at::Tensor & self, at::IntArrayRef dim, bool keepdim);
 TORCH_API std::vector<torch::lazy::Shape> compute_shape_prod(const at::Tensor & self, ::std::optional<at::ScalarType> dtype);

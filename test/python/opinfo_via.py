@@ -164,6 +164,7 @@ VIA_OPINFO: dict[str, tuple[str, str]] = {
     "mode": ("mode", ""),
     "mv": ("mv", ""),
     "mvlgamma": ("mvlgamma", "mvlgamma_p_1"),
+    "nan_to_num": ("nan_to_num", ""),
     "nansum": ("nanmean", ""),
     "narrow_copy": ("narrow_copy", ""),
     "native_batch_norm": ("nn.functional.batch_norm", ""),

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import lazyfuse
+import lazyfuse.testing
 from conftest import ON_REFERENCE_TORCH, REFERENCE_TORCH, graphs_executed
 
 
@@ -58,7 +59,15 @@ def test_wait_device_ops(lazy: torch.device) -> None:
 
 
 def test_public_functions_have_docstrings() -> None:
-    for module in (lazyfuse, lazyfuse.config, lazyfuse.metrics, lazyfuse.debug):
+    modules = (
+        lazyfuse,
+        lazyfuse.config,
+        lazyfuse.metrics,
+        lazyfuse.debug,
+        lazyfuse.distributed,
+        lazyfuse.testing,
+    )
+    for module in modules:
         for name in dir(module):
             obj = getattr(module, name)
             if (
