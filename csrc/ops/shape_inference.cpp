@@ -1,6 +1,7 @@
 #include "ops/shape_inference.h"
 
 #include <ATen/ExpandUtils.h>
+#include <ATen/core/Reduction.h>
 #include <ATen/native/TypeProperties.h>
 
 namespace torch::lazy {
@@ -35,6 +36,25 @@ std::vector<Shape> compute_shape_mse_loss_backward(const at::Tensor& /*grad_outp
                                                    const at::Tensor& /*target*/,
                                                    int64_t /*reduction*/) {
   return {Shape(self.scalar_type(), self.sizes().vec())};
+}
+
+// Reduction::None keeps the input's shape; mean and sum give a 0-dim result.
+std::vector<Shape> compute_shape_huber_loss(const at::Tensor& self,
+                                            const at::Tensor& /*target*/,
+                                            int64_t reduction,
+                                            double /*delta*/) {
+  if (reduction == at::Reduction::None) {
+    return {ShapeOf(self)};
+  }
+  return {Shape(self.scalar_type(), {})};
+}
+
+std::vector<Shape> compute_shape_huber_loss_backward(const at::Tensor& /*grad_output*/,
+                                                     const at::Tensor& self,
+                                                     const at::Tensor& /*target*/,
+                                                     int64_t /*reduction*/,
+                                                     double /*delta*/) {
+  return {ShapeOf(self)};
 }
 
 // The backward of a view scatters the gradient into zeros of the input's shape.
