@@ -86,7 +86,9 @@ setup(
     # Pinned to the torch it was built against: satisfied by what is
     # installed, so pip never fetches another torch.
     install_requires=[f"torch=={torch_version}"],
-    # Installing lazyfuse installs its pytest plugin (lazyfuse.testing).
-    entry_points={"pytest11": ["lazyfuse = lazyfuse.testing.pytest_plugin"]},
+    # Installing lazyfuse installs its pytest plugin, outside the package so
+    # that loading it does not import lazyfuse (see pytest_lazyfuse.py).
+    py_modules=["pytest_lazyfuse"],
+    entry_points={"pytest11": ["lazyfuse = pytest_lazyfuse"]},
     zip_safe=False,
 )

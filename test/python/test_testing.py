@@ -141,7 +141,7 @@ def test_a_late_recompile_is_reported_with_its_cause() -> None:
 
 def test_the_plugin_is_installed_through_its_entry_point() -> None:
     plugins = {entry.value for entry in entry_points(group="pytest11")}
-    assert "lazyfuse.testing.pytest_plugin" in plugins
+    assert "pytest_lazyfuse" in plugins
 
 
 PLUGIN_TESTS = """
@@ -158,21 +158,21 @@ def test_fixtures(lazy_device, lazyfuse_metrics):
     print("KERNEL_LAUNCHES", lazyfuse_metrics.kernel_launches())
 
 
-@pytest.mark.lazyfuse_no_fallback
-def test_marked_with_a_fallback(lazy_device):
+def cos_through_the_fallback(device):
     torch._lazy.config.set_force_fallback("aten::cos")
     try:
-        torch.ones(2).to(lazy_device).cos().cpu()
+        torch.ones(2).to(device).cos().cpu()
     finally:
         torch._lazy.config.set_force_fallback("")
+
+
+@pytest.mark.lazyfuse_no_fallback
+def test_marked_with_a_fallback(lazy_device):
+    cos_through_the_fallback(lazy_device)
 
 
 def test_unmarked_with_a_fallback(lazy_device):
-    torch._lazy.config.set_force_fallback("aten::cos")
-    try:
-        torch.ones(2).to(lazy_device).cos().cpu()
-    finally:
-        torch._lazy.config.set_force_fallback("")
+    cos_through_the_fallback(lazy_device)
 """
 
 
@@ -190,6 +190,23 @@ def test_the_plugin_fixtures_marker_and_summary(pytester: pytest.Pytester) -> No
     result.stdout.fnmatch_lines(
         ["*= lazyfuse =*", "*graphs compiled*", "*eager fallbacks per op: aten::cos 2*"]
     )
+
+
+def test_the_plugin_leaves_lazyfuse_unloaded_for_tests_that_do_not_use_it(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(
+        test_plain="""
+import sys
+
+
+def test_plain():
+    assert "lazyfuse" not in sys.modules
+"""
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    assert "= lazyfuse =" not in result.stdout.str()
 
 
 @pytest.mark.skipif(ON_CUDA, reason="a CUDA backing device always runs fused kernels")

@@ -9,7 +9,7 @@
 ``assert_matches_eager`` compares outputs and gradients of one call;
 ``assert_trains_like_eager`` compares a few training steps and fails on a
 recompile after warm-up. Installing lazyfuse also installs a pytest plugin
-(``lazyfuse.testing.pytest_plugin``): fixtures ``lazy_device`` and
+(the top-level module ``pytest_lazyfuse``): fixtures ``lazy_device`` and
 ``lazyfuse_metrics``, the marker ``lazyfuse_no_fallback``, the option
 ``--lazyfuse-emulate`` and an end-of-run summary.
 """

@@ -1,6 +1,12 @@
 """lazyfuse's pytest plugin, registered through the ``pytest11`` entry point,
 so installing lazyfuse is enough. Needs pytest 8 or later.
 
+A top-level module, not part of the lazyfuse package: pytest loads every
+installed plugin in every run, and importing anything inside ``lazyfuse``
+initialises its backend, which a project that never uses lazyfuse (or uses
+torch._lazy's TorchScript backend, which cannot share a process with it)
+must not pay for.
+
 - Fixtures: ``lazy_device`` (``lazyfuse.lazy_device()``) and
   ``lazyfuse_metrics`` (what the test has compiled, run and sent to eager).
 - ``@pytest.mark.lazyfuse_no_fallback`` fails a test in which any op falls
