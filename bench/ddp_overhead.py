@@ -145,6 +145,9 @@ def main() -> None:
             row[f"{engine} overhead ms"] = round((two - one) * 1e3, 3)
         eager_overhead = float(row["eager overhead ms"])  # type: ignore[arg-type]
         lazy_overhead = float(row["lazyfuse overhead ms"])  # type: ignore[arg-type]
+        row["overhead ratio"] = (
+            round(lazy_overhead / eager_overhead, 2) if eager_overhead > 0 else None
+        )
         row["target met"] = lazy_overhead <= max(eager_overhead, 0.0) * 1.1
         rows.append(row)
         print(row, flush=True)

@@ -32,31 +32,34 @@ bool FlagFromEnv(const char* name) {
   return env != nullptr && *env != '\0' && std::string(env) != "0";
 }
 
-// The device torch would use now: torch.cuda.set_device before import
-// picks it.
+// A device index written as up to three digits, or -1.
+int DeviceIndexFrom(const std::string& digits) {
+  const bool valid = !digits.empty() && digits.size() <= 3 &&
+                     digits.find_first_not_of("0123456789") == std::string::npos;
+  return valid ? std::stoi(digits) : -1;
+}
+
 // torchrun starts one process per GPU and names its GPU in LOCAL_RANK; a
-// process started otherwise uses the current device.
+// process started otherwise uses the current device (torch.cuda.set_device
+// before the import picks it).
 c10::Device DefaultCudaDevice() {
   const auto* guard = c10::impl::getDeviceGuardImpl(c10::kCUDA);
   const char* local_rank = std::getenv("LOCAL_RANK");
-  const std::string digits = local_rank ? local_rank : "";
-  if (!digits.empty() && digits.size() <= 3 &&
-      digits.find_first_not_of("0123456789") == std::string::npos &&
-      std::stoi(digits) < guard->deviceCount()) {
-    return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(std::stoi(digits)));
+  const int index = DeviceIndexFrom(local_rank ? local_rank : "");
+  if (index >= 0 && index < guard->deviceCount()) {
+    return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index));
   }
   return c10::Device(c10::kCUDA, guard->getDevice().index());
 }
 
 // The N of "cuda:N", checked before CUDA is looked for.
 int CudaIndexNamed(const std::string& name) {
-  const std::string digits = name.substr(5);
-  TORCH_CHECK(!digits.empty() && digits.size() <= 3 &&
-                  digits.find_first_not_of("0123456789") == std::string::npos,
+  const int index = DeviceIndexFrom(name.substr(5));
+  TORCH_CHECK(index >= 0,
               "lazyfuse: LAZYFUSE_DEVICE=",
               name,
               " does not name a CUDA device; write cuda:N, N a device index");
-  return std::stoi(digits);
+  return index;
 }
 
 c10::Device CudaDevice(const std::string& name, int index) {

@@ -50,7 +50,6 @@ struct CollectiveCall {
   std::vector<TensorArgument> tensors;    // structure only, tensors cleared
   std::vector<torch::lazy::Shape> fresh;  // kWrite and kDispatch tensors, in order
   bool functional = false;
-  bool token = false;
 };
 
 // Runs `call` on the step's inputs: the written tensors come back in order,

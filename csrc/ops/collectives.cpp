@@ -258,8 +258,7 @@ void RecordCollective(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   Token& token = GetToken();
   std::lock_guard<std::mutex> lock(token.mutex);
   if (torch::lazy::Value previous = token.Pending()) {
-    call.token = true;
-    operands.push_back(std::move(previous));
+    operands.push_back(std::move(previous));  // orders the steps; the step never reads it
   }
   const size_t num_outputs = shapes.size();
   auto node = torch::lazy::MakeNode<ClosureNode>(
