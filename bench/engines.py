@@ -22,6 +22,7 @@ class EngineSpec:
     mode: str | None = None  # torch.compile mode
     env: dict[str, str] = field(default_factory=dict)
     note: str = ""
+    replay: bool = False  # lazyfuse.compile(step, replay=True)
 
 
 ENGINES: list[EngineSpec] = [
@@ -32,6 +33,14 @@ ENGINES: list[EngineSpec] = [
         "lazyfuse",
         "cpu",
         env={"LAZYFUSE_DEVICE": "cpu", "LAZYFUSE_CACHE_DIR": "0"},  # NVRTC dry run compiles
+    ),
+    EngineSpec(
+        "lazyfuse-replay-cpu",
+        "lazyfuse",
+        "cpu",
+        env={"LAZYFUSE_DEVICE": "cpu", "LAZYFUSE_CACHE_DIR": "0"},
+        note="lazyfuse.compile(step, replay=True): the cached step without its Python",
+        replay=True,
     ),
     EngineSpec(
         "lazyfuse-cuda",
@@ -113,6 +122,18 @@ class Engine:
     def wait(self) -> None:
         """Waits until everything launched so far has finished."""
         self._wait()
+
+    @property
+    def replays(self) -> bool:
+        return self.spec.replay
+
+    def replay(self, step: Callable) -> Callable:
+        """A whole step, replayed on a replaying engine; as it is elsewhere."""
+        if not self.spec.replay:
+            return step
+        import lazyfuse
+
+        return lazyfuse.compile(step, replay=True)
 
     def compile(self, fn: Callable) -> Callable:
         if self.kind != "compile":

@@ -63,6 +63,8 @@ class Tracing(Case):
             raise NotApplicable(
                 "torch.compile traces a function once, not each op; see mark_step (b)"
             )
+        if engine.replays:
+            raise NotApplicable("a replayed step traces as lazyfuse-cpu does")
         self.engine = engine
         g = torch.Generator().manual_seed(0)
         self.x, self.a, self.b = (torch.randn(16, generator=g).to(engine.device) for _ in range(3))
@@ -84,15 +86,17 @@ class CachedMarkStep(Case):
     """(b) The same N-node graph again and again: host time of one mark_step.
 
     Eager engines run the same N ops (what the graph computes); torch.compile
-    calls the compiled N-op function (guards, then its kernels)."""
+    calls the compiled N-op function (guards, then its kernels); a replaying
+    engine calls the replayed function (guards, binding, its ATen calls or
+    kernels, writing back), which traces nothing."""
 
     def __init__(self, engine: Engine, nodes: int) -> None:
         self.engine = engine
         self.nodes = nodes
         g = torch.Generator().manual_seed(0)
         self.x, self.a, self.b = (torch.randn(16, generator=g).to(engine.device) for _ in range(3))
-        self.fn: Callable[..., torch.Tensor] = engine.compile(
-            lambda x, a, b: pointwise_chain(x, a, b, nodes)
+        self.fn: Callable[..., torch.Tensor] = engine.replay(
+            engine.compile(lambda x, a, b: pointwise_chain(x, a, b, nodes))
         )
         self.inner = max(5, 2000 // nodes)
         engine.mark_step()
@@ -105,7 +109,15 @@ class CachedMarkStep(Case):
 
             out["execute_us"], out["overhead_us"] = [], []
         for _ in range(self.inner):
-            if self.engine.is_lazy:
+            if self.engine.replays:
+                before = lf.metrics.phase_seconds()["execute"]
+                start = now_us()
+                y = self.fn(self.x, self.a, self.b)
+                took = now_us() - start
+                execute = (lf.metrics.phase_seconds()["execute"] - before) * 1e6
+                out["execute_us"].append(execute)
+                out["overhead_us"].append(took - execute)
+            elif self.engine.is_lazy:
                 y = self.fn(self.x, self.a, self.b)  # tracing, not timed
                 before = lf.metrics.phase_seconds()["execute"] if lazyfuse else 0.0
                 start = now_us()
@@ -137,15 +149,27 @@ class Training(Case):
         self.model = net
         self.forward = engine.compile(net)
         self.optimizer = setup.make_optimizer(list(net.parameters()))
+        if engine.replays and isinstance(self.optimizer, torch.optim.Adam):
+            # The default Adam hands the graph new Python numbers each step
+            # (bias corrections), which a replay must not freeze.
+            lr = torch.tensor(self.optimizer.defaults["lr"], device=engine.device)
+            self.optimizer = torch.optim.Adam(list(net.parameters()), lr=lr, capturable=True)
         self.batches = cycle(setup.batches())
         self.steps = 10 if model != "transformer" else 5
+        self.replayed = engine.replay(self.train_step) if engine.replays else None
 
-    def step(self, mark_step: bool = True) -> torch.Tensor:
-        x, y = next(self.batches)
+    def train_step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         self.optimizer.zero_grad(set_to_none=True)
         loss = F.cross_entropy(self.forward(x.to(self.engine.device)), y.to(self.engine.device))
         loss.backward()
         self.optimizer.step()
+        return loss
+
+    def step(self, mark_step: bool = True) -> torch.Tensor:
+        x, y = next(self.batches)
+        if self.replayed is not None and mark_step:
+            return self.replayed(x, y)
+        loss = self.train_step(x, y)
         if mark_step:
             self.engine.mark_step()
         return loss
@@ -173,6 +197,8 @@ class FirstStep(Case):
     same graph for sm_90 (lazyfuse.debug.compile_cuda), outside the step."""
 
     def __init__(self, engine: Engine, model: str) -> None:
+        if engine.replays:
+            raise NotApplicable("a replayed step's first call is lazyfuse-cpu's first step")
         self.training = Training(engine, model)
         self.engine = engine
 

@@ -58,6 +58,7 @@ const std::unordered_map<std::string, Entry>& PointwiseTable() {
       {"aten::sign", {"lf_sign($0)"}},
       {"aten::sgn", {"lf_sign($0)"}},
       {"aten::fill.Scalar", {"$1", TypeFrom::kOutput, false, Bit(1)}},
+      {"aten::fill.Tensor", {"$1", TypeFrom::kOutput, false, Bit(1)}},
       {"aten::zero", {"($T)0"}},
       {"aten::where.self", {"($r0 ? $1 : $2)", TypeFrom::kOutput, false, Bit(0)}},
       {"lazy_tensors::cast", {"$0", TypeFrom::kOutput, false, Bit(0)}},

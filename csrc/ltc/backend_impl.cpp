@@ -11,6 +11,7 @@
 #include "ltc/config.h"
 #include "ltc/device_data.h"
 #include "ltc/graph_executor.h"
+#include "ltc/step_replay.h"
 #include "ops/ir_builder.h"
 #include "program/compile_log.h"
 #include "program/executor.h"
@@ -151,14 +152,22 @@ class LazyFuseBackendImpl : public torch::lazy::BackendImplInterface {
     at::Tensor value = host_scalar
                            ? CopyHostScalar(tensor)
                            : tensor.to(BackingDevice(), /*non_blocking=*/false, /*copy=*/true);
-    return std::make_shared<LazyFuseBackendData>(device, shape, std::move(value));
+    auto data = std::make_shared<LazyFuseBackendData>(device, shape, std::move(value));
+    if (Capturing()) {
+      NoteTransfer(data, tensor);
+    }
+    return data;
   }
 
   torch::lazy::BackendDataPtr MakeComputationDataFromScalar(
       const at::Scalar& scalar, const torch::lazy::BackendDevice& device) const override {
     at::Tensor value = at::scalar_tensor(scalar, at::TensorOptions().dtype(scalar.type()));
     torch::lazy::Shape shape(value.scalar_type(), {});
-    return std::make_shared<LazyFuseBackendData>(device, std::move(shape), std::move(value));
+    auto data = std::make_shared<LazyFuseBackendData>(device, std::move(shape), std::move(value));
+    if (Capturing()) {
+      NoteScalar(data);
+    }
+    return data;
   }
 
   torch::lazy::BackendDataPtr CreateDataPlaceholder(
@@ -264,6 +273,7 @@ class LazyFuseBackendImpl : public torch::lazy::BackendImplInterface {
             torch::lazy::Shape(info.dtype, info.sizes),
             [finished, i, holder = finished->Holder(i)] { return finished->Result(i); }));
       }
+      NoteExecution(computation, arguments, results, device);
       return results;
     }
     for (size_t i = 0; i < outputs.size(); ++i) {
@@ -271,6 +281,7 @@ class LazyFuseBackendImpl : public torch::lazy::BackendImplInterface {
       results.push_back(std::make_shared<LazyFuseBackendData>(
           device, torch::lazy::Shape(info.dtype, info.sizes), std::move(outputs[i])));
     }
+    NoteExecution(computation, arguments, results, device);
     return results;
   }
 

@@ -6,6 +6,7 @@
 
 #include "ltc/config.h"
 #include "ltc/device_data.h"
+#include "ltc/step_replay.h"
 
 namespace lazyfuse {
 namespace {
@@ -83,6 +84,26 @@ void FailWithResultsPending(std::exception_ptr error, std::string explanation) {
   t_full_sync.explanation = std::move(explanation);
 }
 
+ReplayOverwrites::ReplayOverwrites(
+    std::unordered_map<const torch::lazy::BackendData*, long> sole_holders) {
+  t_full_sync = FullSync();
+  t_full_sync.active = true;
+  t_full_sync.graph_holders = std::move(sole_holders);
+}
+
+ReplayOverwrites::~ReplayOverwrites() {
+  t_full_sync = FullSync();
+}
+
+void ReplayOverwrites::RaiseIfFailed() {
+  if (t_full_sync.failure) {
+    std::exception_ptr failure = t_full_sync.failure;
+    const std::string explanation = t_full_sync.explanation;
+    t_full_sync = FullSync();
+    RaiseWithResultsPending(failure, explanation);
+  }
+}
+
 void LazyFuseGraphExecutor::SyncLiveTensorsGraph(const torch::lazy::BackendDevice* device,
                                                  c10::ArrayRef<std::string> devices,
                                                  bool wait) {
@@ -114,6 +135,13 @@ void LazyFuseGraphExecutor::SyncLiveTensorsGraph(const torch::lazy::BackendDevic
   if (t_full_sync.failure) {
     RaiseWithResultsPending(t_full_sync.failure, t_full_sync.explanation);
   }
+  if (Capturing()) {
+    std::vector<torch::lazy::BackendDataPtr> handles;
+    for (auto& [tensor, value] : pending) {
+      handles.push_back(tensor->CurrentDataHandle());
+    }
+    NoteSynced(handles);
+  }
 }
 
 void LazyFuseGraphExecutor::MarkStep(const torch::lazy::BackendDevice& device) {
@@ -131,6 +159,7 @@ void LazyFuseGraphExecutor::MarkStep(const torch::lazy::BackendDevice& device) {
 torch::lazy::LazyGraphExecutor::PostOrderData LazyFuseGraphExecutor::RunPostOrder(
     const std::vector<torch::lazy::Value>& ir_values, SyncTensorCollection* coll) {
   PostOrderData po_data = torch::lazy::LazyGraphExecutor::RunPostOrder(ir_values, coll);
+  NoteGraph(po_data.post_order);
   if (t_full_sync.active) {
     t_full_sync.graph_holders.clear();
     for (const torch::lazy::Node* node : po_data.post_order) {

@@ -5,6 +5,8 @@
 
 #include <torch/csrc/lazy/core/lazy_graph_executor.h>
 
+#include <unordered_map>
+
 namespace lazyfuse {
 
 // The hash of the graph this thread is syncing, as LTC's compile cache keys
@@ -32,6 +34,21 @@ bool GraphMayOverwrite(const torch::lazy::BackendDataPtr& data);
 // LazyFuseBackendData), or raise when read if it cannot be. The sync
 // returns, then raises `error` followed by `explanation`.
 void FailWithResultsPending(std::exception_ptr error, std::string explanation);
+
+// Lets a replayed step (step_replay.h), which runs outside a sync, overwrite
+// data as a sync would: `sole_holders` counts, for each datum, the holders
+// besides the run's argument list, all of which let go of it once the step's
+// results are written back.
+class ReplayOverwrites {
+ public:
+  explicit ReplayOverwrites(std::unordered_map<const torch::lazy::BackendData*, long> sole_holders);
+  ~ReplayOverwrites();
+  ReplayOverwrites(const ReplayOverwrites&) = delete;
+  ReplayOverwrites& operator=(const ReplayOverwrites&) = delete;
+  // Raises what FailWithResultsPending kept, once the pending results are in
+  // their tensors.
+  void RaiseIfFailed();
+};
 
 class LazyFuseGraphExecutor : public torch::lazy::LazyGraphExecutor {
  public:

@@ -11,12 +11,14 @@
 #include "ltc/config.h"
 #include "ltc/eager_fallback.h"
 #include "ltc/graph_executor.h"
+#include "ltc/step_replay.h"
 #include "ops/amp_functions.h"
 #include "ops/autocast.h"
 #include "ops/collectives.h"
 #include "ops/eager_copy.h"
 #include "ops/functionalized_composite.h"
 #include "ops/host_arguments.h"
+#include "program/compile_log.h"
 
 namespace at {
 // Generated into RegisterLazy.cpp by torchgen (backend_name "LazyFuse").
@@ -54,6 +56,7 @@ void InitLazyFuseBackend() {
     RegisterCollectives();
     RegisterEagerCopy();
     RegisterFunctionalizedComposites();
+    SetCallSiteFunction(&UserCallSite);
   });
 }
 

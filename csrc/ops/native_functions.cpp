@@ -17,6 +17,7 @@
 #include "generated/LazyNativeFunctions.h"
 #include "ltc/config.h"
 #include "ltc/graph_executor.h"
+#include "ltc/step_replay.h"
 #include "ops/collectives.h"
 #include "ops/device_checks.h"
 #include "ops/functionalized_composite.h"
@@ -83,7 +84,11 @@ at::Tensor LazyNativeFunctions::_to_copy(const at::Tensor& self,
                 "lazyfuse: _to_copy reached the lazy device for a non-lazy tensor headed to ",
                 device ? device->str() : std::string("<no device>"));
     // The backend copies the data; only a dtype or layout change happens here.
-    return LazyFromHost(self.to(options.device(self.device()), non_blocking), device);
+    at::Tensor lazy = LazyFromHost(self.to(options.device(self.device()), non_blocking), device);
+    if (Capturing()) {
+      NoteTransfer(LazyTensorUnder(lazy)->CurrentDataHandle(), self);
+    }
+    return lazy;
   }
   if (device && device->type() != c10::kLazy) {
     // lazy -> eager: runs the pending graph of this tensor.
@@ -188,7 +193,11 @@ at::Tensor LazyNativeFunctions::empty(at::IntArrayRef size,
       at::empty(size,
                 at::TensorOptions().dtype(dtype).layout(layout).pinned_memory(pin_memory),
                 memory_format);
-  return LazyFromHost(host, device);
+  at::Tensor lazy = LazyFromHost(host, device);
+  if (Capturing()) {
+    NoteUnspecified(LazyTensorUnder(lazy)->CurrentDataHandle());
+  }
+  return lazy;
 }
 
 at::Tensor LazyNativeFunctions::empty_strided(at::IntArrayRef size,

@@ -14,19 +14,14 @@
 
 #include "generated/LazyNativeFunctions.h"
 #include "ltc/config.h"
+#include "ltc/device_data.h"
+#include "ltc/step_replay.h"
 #include "ops/closure_node.h"
 #include "ops/device_checks.h"
 #include "program/lowering_context.h"
 
 namespace lazyfuse {
 namespace {
-
-int64_t DrawSeed() {
-  at::Generator gen = at::detail::getDefaultCPUGenerator();
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  // Non-negative, so it round-trips through a Long host scalar.
-  return static_cast<int64_t>(at::check_generator<at::CPUGeneratorImpl>(gen)->random64() >> 1);
-}
 
 // A generator of the backing device's kind, seeded for one step.
 at::Generator SeededGenerator(int64_t seed) {
@@ -60,6 +55,9 @@ torch::lazy::Value MakeRandom(const char* op,
       torch::lazy::TryGetLtcTensor(input)->GetIrValue(),
       torch::lazy::LazyGraphExecutor::Get()->GetIrValueForScalarFromCodegen(at::Scalar(DrawSeed()),
                                                                             *device)};
+  if (const DeviceData* seed = DeviceData::Cast(operands.back().node.get()); seed && Capturing()) {
+    NoteSeed(seed->data());  // a replay draws a fresh one in its place
+  }
   auto node = torch::lazy::MakeNode<ClosureNode>(torch::lazy::OpKind(c10::Symbol::aten(op)),
                                                  operands,
                                                  std::move(shapes),

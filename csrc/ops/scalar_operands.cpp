@@ -5,6 +5,7 @@
 #include <torch/csrc/lazy/core/ir_builder.h>
 
 #include "ltc/backend_data.h"
+#include "ltc/step_replay.h"
 
 namespace lazyfuse {
 namespace {
@@ -31,6 +32,9 @@ at::Scalar WrappedNumberValue(const at::Tensor& tensor) {
 torch::lazy::Value HostScalarValue(at::Tensor host, const torch::lazy::BackendDevice& device) {
   torch::lazy::Shape shape(host.scalar_type(), {});
   auto data = std::make_shared<LazyFuseBackendData>(device, std::move(shape), std::move(host));
+  if (Capturing()) {
+    NoteScalar(data);  // names where a frozen number came from
+  }
   return torch::lazy::Value(torch::lazy::getIrBuilder()->MakeDeviceData(data), 0);
 }
 

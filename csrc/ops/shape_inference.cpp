@@ -31,6 +31,14 @@ std::vector<Shape> compute_shape_fill(const at::Tensor& self, const at::Scalar& 
   return {Shape(self.scalar_type(), self.sizes().vec())};
 }
 
+std::vector<Shape> compute_shape_fill(const at::Tensor& self, const at::Tensor& value) {
+  TORCH_CHECK(value.dim() == 0,
+              "fill_ only supports 0-dimension value tensor but got tensor with ",
+              value.dim(),
+              " dimensions.");
+  return {Shape(self.scalar_type(), self.sizes().vec())};
+}
+
 std::vector<Shape> compute_shape_mse_loss_backward(const at::Tensor& /*grad_output*/,
                                                    const at::Tensor& self,
                                                    const at::Tensor& /*target*/,

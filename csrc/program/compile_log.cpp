@@ -94,7 +94,8 @@ bool InLibrary(const std::string& file) {
   return false;
 }
 
-// The innermost Python frame outside torch and lazyfuse.
+}  // namespace
+
 std::string UserCallSite() {
   auto& frames_fn = torch::lazy::GetPythonFramesFunction();
   if (!frames_fn) {
@@ -107,8 +108,6 @@ std::string UserCallSite() {
   }
   return "<no user frame>";
 }
-
-}  // namespace
 
 void SetLibraryDirs(std::vector<std::string> dirs) {
   LibraryDirs() = std::move(dirs);

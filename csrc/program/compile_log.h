@@ -28,6 +28,8 @@ std::vector<CompileRecord> CompileLog();
 // the user's call site. Matched as path prefixes, so a user's own folder
 // named torch or lazyfuse still counts as the user's.
 void SetLibraryDirs(std::vector<std::string> dirs);
+// The innermost Python frame outside torch and lazyfuse, as "file:line in function".
+std::string UserCallSite();
 void ClearCompileLog();
 
 }  // namespace lazyfuse

@@ -18,6 +18,7 @@
 #include "ops/functionalized_composite.h"
 #include "program/compile_log.h"
 #include "program/pending_graph.h"
+#include "python/bindings.h"
 #include "runtime/cuda/aot_compile.h"
 #include "runtime/cuda/nvrtc.h"
 #include "runtime/emulated/target.h"
@@ -83,6 +84,7 @@ PYBIND11_MODULE(_C, m) {
   using namespace lazyfuse;
   m.doc() = "lazyfuse native bindings; use the lazyfuse package instead";
   m.def("_init", &InitLazyFuseBackend);
+  BindStepReplay(m);
   m.def("_mark_step", &MarkStep, py::arg("wait") = false, py::call_guard<py::gil_scoped_release>());
   m.def(
       "_wait_device_ops",

@@ -61,7 +61,8 @@ _C._set_library_dirs(
     )
 )
 
-from lazyfuse import amp, config, debug, distributed, metrics  # noqa: E402
+from lazyfuse import amp, config, debug, distributed, metrics, optim  # noqa: E402
+from lazyfuse import replay as replay_module  # noqa: E402
 from lazyfuse.amp import autocast  # noqa: E402
 
 __all__ = [
@@ -76,6 +77,7 @@ __all__ = [
     "lazy_device",
     "mark_step",
     "metrics",
+    "optim",
     "sync",
     "wait_device_ops",
 ]
@@ -240,13 +242,30 @@ def compile(  # noqa: A001 (torch_xla's name)
     full_graph: bool = False,
     name: str | None = None,
     max_different_graphs: int | None = None,
+    replay: bool = False,
+    check_every: int = replay_module.DEFAULT_CHECK_EVERY,
 ) -> Any:
     """torch_xla's ``compile``: a wrapper, a decorator (with or without
     arguments) or a context manager around code that should run as one lazy
     graph. It syncs before and after the region. ``full_graph=True`` raises if
     anything inside forces execution; ``max_different_graphs=N`` raises, with
     the compile log, once the region has run more than N distinct graphs
-    (a named region counts across its uses)."""
+    (a named region counts across its uses).
+
+    ``replay=True`` (a wrapper or decorator only) runs the step's cached graph
+    without its Python once two traced calls captured the same one; see
+    :mod:`lazyfuse.replay` and the README's "Replaying a training step" for
+    what is frozen and what is guarded. ``check_every`` replays, one call is
+    traced again to check the capture still holds."""
+    if replay:
+        if full_graph or max_different_graphs is not None or name is not None:
+            raise ValueError(
+                "lazyfuse.compile: replay=True runs one captured graph per call, so it takes "
+                "no full_graph, max_different_graphs or name"
+            )
+        if f is None:
+            return lambda fn: replay_module.ReplayedStep(fn, check_every)
+        return replay_module.ReplayedStep(f, check_every)
     if name is not None and name in _named_regions:
         region = _named_regions[name]
         region.full_graph, region.max_different_graphs = full_graph, max_different_graphs

@@ -11,7 +11,9 @@ CUDA's policy (csrc/ops/autocast.h):
 - ``binary_cross_entropy``: refused, as on CUDA.
 
 Only lazy floating tensors are cast; float64 ones are left alone, as CUDA's
-autocast leaves them. Scale fp16 losses with ``torch.amp.GradScaler("lazy")``.
+autocast leaves them. Scale fp16 losses with ``torch.amp.GradScaler("lazy")``,
+or with :class:`GradScaler`, whose ``step`` never reads a value (so a step
+using it stays one graph, and can be replayed).
 """
 
 from __future__ import annotations
@@ -22,10 +24,11 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 import torch
+from torch.amp.grad_scaler import OptState
 
 from lazyfuse import _C
 
-__all__ = ["autocast"]
+__all__ = ["GradScaler", "autocast"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -77,3 +80,44 @@ def is_autocast_enabled() -> bool:
 def get_autocast_dtype() -> torch.dtype:
     """The dtype of this thread's innermost :class:`autocast` region."""
     return _C._autocast_state()[1]
+
+
+class GradScaler(torch.amp.GradScaler):
+    """``torch.amp.GradScaler("lazy")`` whose :meth:`step` keeps the whole
+    step in one graph. torch's reads ``found_inf`` on the host to decide
+    whether to call ``optimizer.step()``, which ends the graph there. This
+    one always calls it, then puts back the parameters and optimizer state
+    the optimizer updated in place wherever an inf or NaN was found:
+    ``where(found_inf, before, after)``, the same values as a skipped step.
+    State an optimizer replaces instead of updating in place is not put back."""
+
+    def __init__(self, device: str = "lazy", **kwargs: Any) -> None:
+        super().__init__(device, **kwargs)
+
+    def step(self, optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
+        if not self._enabled:
+            return optimizer.step(*args, **kwargs)
+        if "closure" in kwargs:
+            raise RuntimeError("Closure use is not currently supported if GradScaler is enabled.")
+        self._check_scale_growth_tracker("step")
+        state = self._per_optimizer_states[id(optimizer)]
+        if state["stage"] is OptState.STEPPED:
+            raise RuntimeError("step() has already been called since the last update().")
+        if state["stage"] is OptState.READY:
+            self.unscale_(optimizer)
+        found = state["found_inf_per_device"].values()
+        skip = sum(v.to(self._scale.device) for v in found) > 0  # type: ignore[union-attr]
+        tensors = [p for group in optimizer.param_groups for p in group["params"]]
+        tensors += [
+            value
+            for entry in optimizer.state.values()
+            for value in entry.values()
+            if isinstance(value, torch.Tensor) and value.device == self._scale.device  # type: ignore[union-attr]
+        ]
+        before = [t.detach().clone() for t in tensors]
+        result = optimizer.step(*args, **kwargs)
+        with torch.no_grad():
+            for tensor, old in zip(tensors, before, strict=True):
+                tensor.copy_(torch.where(skip, old, tensor))
+        state["stage"] = OptState.STEPPED
+        return result

@@ -98,6 +98,10 @@ CASES: dict[str, Case] = {
     "tanh": Case(torch.tanh, inputs(randn(4, 5))),
     "tanh_backward": Case(torch.tanh, inputs(randn(4, 5)), kernels=["tanh_backward"]),
     "fill.Scalar": Case(lambda a: fresh(a).fill_(2.5), inputs(randn(3, 3)), kernels=["fill"]),
+    # An LR scheduler fills a capturable optimizer's tensor lr with a tensor.
+    "fill.Tensor": Case(
+        lambda a, v: fresh(a).fill_(v[0] * 2), inputs(randn(3, 3), randn(1)), kernels=["fill"]
+    ),
     "zero": Case(lambda a: fresh(a).zero_() + a, inputs(randn(3, 3))),
     "sum": Case(torch.sum, inputs(randn(3, 4))),
     "sum.dim_IntList": Case(

@@ -1,0 +1,480 @@
+// Capturing a traced call for step replay (see step_replay.h).
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/FunctionalTensorWrapper.h>
+#include <ATen/Functions.h>
+#include <c10/util/Exception.h>
+#include <torch/csrc/lazy/backend/backend_interface.h>
+
+#include <algorithm>
+#include <mutex>
+#include <sstream>
+#include <tuple>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "ltc/backend_data.h"
+#include "ltc/device_data.h"
+#include "ltc/graph_executor.h"
+#include "ltc/step_replay.h"
+
+namespace lazyfuse {
+namespace {
+
+using DataKey = const torch::lazy::BackendData*;
+
+// What this thread's capture has seen so far. Data are held strongly while
+// the call runs, so an address freed and reused mid-call is never mistaken
+// for another datum.
+struct Capture {
+  bool active = false;
+  std::unordered_map<DataKey, size_t> argument_data;
+  std::unordered_map<const c10::TensorImpl*, size_t> host_arguments;
+  std::unordered_map<const c10::TensorImpl*, size_t> argument_impls;
+  std::unordered_map<DataKey, WeakTensor> live_data;
+  std::unordered_map<DataKey, WeakTensor> live_bases;
+  std::unordered_set<const c10::TensorImpl*> live_before;
+  std::unordered_map<const c10::TensorImpl*, WeakTensor> grad_owner;
+  std::unordered_map<DataKey, size_t> transfers;  // to the host argument's index
+  std::unordered_set<DataKey> unspecified;
+  std::unordered_map<DataKey, std::string> call_sites;
+  std::unordered_map<DataKey, size_t> seeds;
+  std::unordered_map<DataKey, std::string> readers;
+  std::vector<torch::lazy::BackendDataPtr> held;
+  std::vector<RecordedArgument> arguments;
+  size_t executions = 0;
+  torch::lazy::hash_t hash;
+  torch::lazy::ComputationPtr computation;
+  std::shared_ptr<torch::lazy::BackendDevice> device;
+  std::vector<torch::lazy::BackendDataPtr> graph_arguments;
+  std::vector<torch::lazy::BackendDataPtr> graph_results;
+  // The data of the tensors the sync computed, by result.
+  std::unordered_map<DataKey, size_t> synced;
+};
+thread_local Capture t_capture;
+
+std::string (*g_call_site)() = nullptr;
+
+void Hold(const torch::lazy::BackendDataPtr& data) {
+  t_capture.held.push_back(data);
+}
+
+std::string InputName(const RecordedInput& input) {
+  std::string name = input.op.empty() ? std::string("a value") : "a value read by " + input.op;
+  if (!input.call_site.empty()) {
+    name += ", made at " + input.call_site;
+  }
+  return name;
+}
+
+bool SameValue(const torch::lazy::BackendDataPtr& a, const torch::lazy::BackendDataPtr& b) {
+  if (a == b) {
+    return true;
+  }
+  const at::Tensor x = torch::lazy::getBackend()->MakeTensorFromComputationData(a, std::nullopt);
+  const at::Tensor y = torch::lazy::getBackend()->MakeTensorFromComputationData(b, std::nullopt);
+  if (x.scalar_type() != y.scalar_type() || x.sizes() != y.sizes()) {
+    return false;
+  }
+  const at::Tensor y_here = y.to(x.device());
+  if (at::equal(x, y_here)) {
+    return true;
+  }
+  return at::isFloatingType(x.scalar_type()) &&
+         at::allclose(x, y_here, /*rtol=*/0, /*atol=*/0, /*equal_nan=*/true);
+}
+
+RecordedInput ClassifyInput(const torch::lazy::BackendDataPtr& data) {
+  const Capture& capture = t_capture;
+  const DataKey key = data.get();
+  RecordedInput input;
+  input.shape = data->shape();
+  auto reader = capture.readers.find(key);
+  if (reader != capture.readers.end()) {
+    input.op = reader->second;
+  }
+  auto site = capture.call_sites.find(key);
+  if (site != capture.call_sites.end()) {
+    input.call_site = site->second;
+  }
+  if (auto it = capture.argument_data.find(key); it != capture.argument_data.end()) {
+    input.source = InputSource::kArgument;
+    input.index = it->second;
+  } else if (auto it = capture.live_data.find(key); it != capture.live_data.end()) {
+    input.source = InputSource::kLive;
+    input.live = it->second;
+    auto owner = capture.grad_owner.find(input.live._unsafe_get_target());
+    if (owner != capture.grad_owner.end()) {
+      input.grad_of = owner->second;
+    }
+  } else if (auto it = capture.live_bases.find(key); it != capture.live_bases.end()) {
+    input.source = InputSource::kLive;
+    input.live = it->second;
+    input.via_base = true;
+  } else if (auto it = capture.seeds.find(key); it != capture.seeds.end()) {
+    input.source = InputSource::kSeed;
+    input.index = it->second;
+  } else if (auto it = capture.transfers.find(key); it != capture.transfers.end()) {
+    input.source = InputSource::kTransfer;
+    input.index = it->second;
+  } else if (capture.unspecified.count(key) != 0) {
+    input.source = InputSource::kUnspecified;
+    input.frozen = data;
+  } else {
+    input.source = InputSource::kFrozen;
+    input.frozen = data;
+  }
+  return input;
+}
+
+// Maps each gradient among `live` to its parameter.
+void NoteGradOwners(const std::vector<at::Tensor>& live,
+                    std::unordered_map<const c10::TensorImpl*, WeakTensor>* owners) {
+  for (const at::Tensor& tensor : live) {
+    if (tensor.requires_grad() && tensor.is_leaf() && tensor.grad().defined()) {
+      owners->emplace(tensor.grad().unsafeGetTensorImpl(), WeakTensor(tensor.getIntrusivePtr()));
+    }
+  }
+}
+
+std::string DescribeArgument(const RecordedArgument& argument) {
+  std::ostringstream out;
+  out << (argument.lazy ? "lazy " : argument.device.str() + " ") << argument.dtype << " "
+      << c10::IntArrayRef(argument.sizes);
+  return out.str();
+}
+
+}  // namespace
+
+torch::lazy::LazyTensorPtr LazyTensorUnder(const at::Tensor& tensor) {
+  if (!tensor.defined()) {
+    return nullptr;
+  }
+  if (at::functionalization::impl::isFunctionalTensor(tensor)) {
+    return torch::lazy::TryGetLtcTensor(
+        at::functionalization::impl::from_functional_tensor(tensor));
+  }
+  return torch::lazy::TryGetLtcTensor(tensor);
+}
+
+torch::lazy::LazyTensorPtr LazyStorageBase(const at::Tensor& tensor) {
+  if (!tensor.defined() || !at::functionalization::impl::isFunctionalTensor(tensor)) {
+    return nullptr;
+  }
+  auto* storage = static_cast<at::functionalization::FunctionalStorageImpl*>(
+      tensor.storage().unsafeGetStorageImpl());
+  return torch::lazy::TryGetLtcTensor(storage->base());
+}
+
+bool Capturing() {
+  return t_capture.active;
+}
+
+void NoteTransfer(const torch::lazy::BackendDataPtr& data, const at::Tensor& source) {
+  if (!t_capture.active) {
+    return;
+  }
+  Hold(data);
+  auto it = t_capture.host_arguments.find(source.unsafeGetTensorImpl());
+  if (it != t_capture.host_arguments.end()) {
+    t_capture.transfers[data.get()] = it->second;
+  } else if (g_call_site != nullptr) {
+    t_capture.call_sites[data.get()] = g_call_site();
+  }
+}
+
+void NoteUnspecified(const torch::lazy::BackendDataPtr& data) {
+  if (t_capture.active) {
+    Hold(data);
+    t_capture.unspecified.insert(data.get());
+  }
+}
+
+void NoteScalar(const torch::lazy::BackendDataPtr& data) {
+  if (t_capture.active && g_call_site != nullptr) {
+    Hold(data);
+    t_capture.call_sites.emplace(data.get(), g_call_site());
+  }
+}
+
+void NoteSeed(const torch::lazy::BackendDataPtr& data) {
+  if (t_capture.active) {
+    Hold(data);
+    t_capture.seeds.emplace(data.get(), t_capture.seeds.size());
+  }
+}
+
+void NoteGraph(c10::ArrayRef<const torch::lazy::Node*> post_order) {
+  if (!t_capture.active) {
+    return;
+  }
+  for (const torch::lazy::Node* node : post_order) {
+    for (const torch::lazy::Output& operand : node->operands()) {
+      if (const DeviceData* leaf = DeviceData::Cast(operand.node)) {
+        t_capture.readers.emplace(leaf->data().get(), node->op().ToString());
+      }
+    }
+  }
+}
+
+void NoteExecution(const torch::lazy::ComputationPtr& computation,
+                   c10::ArrayRef<torch::lazy::BackendDataPtr> arguments,
+                   c10::ArrayRef<torch::lazy::BackendDataPtr> results,
+                   const torch::lazy::BackendDevice& device) {
+  if (!t_capture.active) {
+    return;
+  }
+  ++t_capture.executions;
+  t_capture.hash = PendingGraphHash();
+  t_capture.computation = computation;
+  t_capture.device = std::make_shared<torch::lazy::BackendDevice>(device);
+  t_capture.graph_arguments = arguments.vec();
+  t_capture.graph_results = results.vec();
+}
+
+void NoteSynced(const std::vector<torch::lazy::BackendDataPtr>& handles) {
+  if (!t_capture.active || t_capture.graph_results.empty()) {
+    return;
+  }
+  // LTC fills each synced tensor's placeholder with a result's value: match
+  // them by the value's tensor.
+  std::unordered_map<const c10::TensorImpl*, size_t> by_value;
+  for (size_t i = 0; i < t_capture.graph_results.size(); ++i) {
+    const auto* result = dynamic_cast<const LazyFuseBackendData*>(t_capture.graph_results[i].get());
+    if (result != nullptr && result->HasValue()) {
+      by_value.emplace(result->tensor().unsafeGetTensorImpl(), i);
+    }
+  }
+  for (const auto& handle : handles) {
+    const auto* data = dynamic_cast<const LazyFuseBackendData*>(handle.get());
+    if (data == nullptr || !data->HasValue()) {
+      continue;
+    }
+    auto it = by_value.find(data->tensor().unsafeGetTensorImpl());
+    if (it != by_value.end()) {
+      Hold(handle);
+      t_capture.synced.emplace(handle.get(), it->second);
+    }
+  }
+}
+
+void SetCallSiteFunction(std::string (*call_site)()) {
+  g_call_site = call_site;
+}
+
+int64_t DrawSeed() {
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  // Non-negative, so it round-trips through a Long host scalar.
+  return static_cast<int64_t>(at::check_generator<at::CPUGeneratorImpl>(gen)->random64() >> 1);
+}
+
+void BeginCapture(const std::vector<at::Tensor>& arguments, const std::vector<at::Tensor>& live) {
+  t_capture = Capture();
+  t_capture.active = true;
+  for (size_t k = 0; k < arguments.size(); ++k) {
+    const at::Tensor& argument = arguments[k];
+    RecordedArgument meta;
+    meta.dtype = argument.scalar_type();
+    meta.sizes = argument.sizes().vec();
+    meta.device = argument.device();
+    t_capture.argument_impls.emplace(argument.unsafeGetTensorImpl(), k);
+    if (torch::lazy::LazyTensorPtr lazy = LazyTensorUnder(argument)) {
+      meta.lazy = true;
+      if (torch::lazy::BackendDataPtr data = lazy->CurrentDataHandle()) {
+        Hold(data);
+        t_capture.argument_data.emplace(data.get(), k);
+      }
+    } else {
+      meta.strides = argument.strides().vec();
+      t_capture.host_arguments.emplace(argument.unsafeGetTensorImpl(), k);
+    }
+    t_capture.arguments.push_back(std::move(meta));
+  }
+  NoteGradOwners(live, &t_capture.grad_owner);
+  for (const at::Tensor& tensor : live) {
+    t_capture.live_before.insert(tensor.unsafeGetTensorImpl());
+    // A view is read through its base: binding the view itself would read a
+    // value functionalization may be about to regenerate.
+    torch::lazy::LazyTensorPtr lazy = LazyTensorUnder(tensor);
+    torch::lazy::BackendDataPtr data = lazy ? lazy->CurrentDataHandle() : nullptr;
+    if (data != nullptr) {
+      Hold(data);
+      t_capture.live_data.emplace(data.get(), WeakTensor(tensor.getIntrusivePtr()));
+    }
+    // Ops on a view that functionalization regenerates read its base.
+    torch::lazy::LazyTensorPtr base = LazyStorageBase(tensor);
+    torch::lazy::BackendDataPtr base_data = base ? base->CurrentDataHandle() : nullptr;
+    if (base_data != nullptr && base_data != data) {
+      Hold(base_data);
+      t_capture.live_bases.emplace(base_data.get(), WeakTensor(tensor.getIntrusivePtr()));
+    }
+  }
+}
+
+void AbortCapture() {
+  t_capture = Capture();
+}
+
+std::shared_ptr<StepRecord> EndCapture(const std::vector<at::Tensor>& live,
+                                       const std::vector<at::Tensor>& returned) {
+  TORCH_CHECK(t_capture.active, "lazyfuse: EndCapture without BeginCapture");
+  Capture capture = std::move(t_capture);
+  t_capture = Capture();
+  auto record = std::make_shared<StepRecord>();
+  record->arguments = capture.arguments;
+  if (capture.executions != 1) {
+    record->not_replayable =
+        capture.executions == 0
+            ? "the call computed nothing on the lazy device"
+            : "the call ran " + std::to_string(capture.executions) +
+                  " graphs: something read a lazy value before the step ended (.item(), "
+                  ".cpu(), print, a tensor in an if); a replayed step must be one graph";
+    return record;
+  }
+  record->hash = capture.hash;
+  record->computation = capture.computation;
+  record->device = capture.device;
+  t_capture = std::move(capture);  // ClassifyInput reads it
+  for (const auto& data : t_capture.graph_arguments) {
+    record->inputs.push_back(ClassifyInput(data));
+  }
+  record->seeds = t_capture.seeds.size();
+  const std::unordered_map<DataKey, size_t>& result_index = t_capture.synced;
+  std::unordered_set<const c10::TensorImpl*> returned_new;
+  for (const at::Tensor& tensor : returned) {
+    RecordedReturn entry;
+    torch::lazy::LazyTensorPtr lazy = LazyTensorUnder(tensor);
+    torch::lazy::BackendDataPtr data = lazy ? lazy->CurrentDataHandle() : nullptr;
+    auto argument = t_capture.argument_impls.find(tensor.unsafeGetTensorImpl());
+    if (data != nullptr && result_index.count(data.get()) != 0) {
+      entry.kind = RecordedReturn::Kind::kResult;
+      entry.index = result_index.at(data.get());
+      if (t_capture.live_before.count(tensor.unsafeGetTensorImpl()) == 0) {
+        returned_new.insert(tensor.unsafeGetTensorImpl());
+      }
+    } else if (argument != t_capture.argument_impls.end()) {
+      entry.kind = RecordedReturn::Kind::kArgument;
+      entry.index = argument->second;
+    } else {
+      entry.as_is = tensor;
+    }
+    record->returns.push_back(std::move(entry));
+  }
+  std::unordered_map<const c10::TensorImpl*, WeakTensor> grad_owner_after;
+  NoteGradOwners(live, &grad_owner_after);
+  std::unordered_set<const c10::TensorImpl*> written;
+  for (const at::Tensor& tensor : live) {
+    const c10::TensorImpl* impl = tensor.unsafeGetTensorImpl();
+    torch::lazy::LazyTensorPtr lazy = LazyTensorUnder(tensor);
+    torch::lazy::BackendDataPtr data = lazy ? lazy->CurrentDataHandle() : nullptr;
+    auto result = data ? result_index.find(data.get()) : result_index.end();
+    if (result == result_index.end() || returned_new.count(impl) != 0 ||
+        !written.insert(impl).second) {
+      continue;
+    }
+    RecordedWrite write;
+    write.result = result->second;
+    write.target = WeakTensor(tensor.getIntrusivePtr());
+    write.made_in_call = t_capture.live_before.count(impl) == 0;
+    torch::lazy::LazyTensorPtr base = LazyStorageBase(tensor);
+    torch::lazy::BackendDataPtr base_data = base ? base->CurrentDataHandle() : nullptr;
+    if (base_data != nullptr && base_data != data && result_index.count(base_data.get()) != 0) {
+      write.base_result = result_index.at(base_data.get());
+    }
+    if (auto owner = grad_owner_after.find(impl); owner != grad_owner_after.end()) {
+      write.grad_of = owner->second;
+    }
+    record->writes.push_back(std::move(write));
+  }
+  std::unordered_set<const c10::TensorImpl*> rewritten;
+  for (const RecordedWrite& write : record->writes) {
+    if (!write.made_in_call) {
+      rewritten.insert(write.target._unsafe_get_target());
+    }
+  }
+  for (RecordedInput& input : record->inputs) {
+    input.rewritten =
+        input.source == InputSource::kLive && rewritten.count(input.live._unsafe_get_target()) != 0;
+  }
+  // The order the caller listed live tensors in is not the graph's.
+  std::sort(record->writes.begin(), record->writes.end(), [](const auto& a, const auto& b) {
+    return std::make_tuple(a.result, a.made_in_call, a.target._unsafe_get_target()) <
+           std::make_tuple(b.result, b.made_in_call, b.target._unsafe_get_target());
+  });
+  t_capture = Capture();
+  return record;
+}
+
+std::string Disagreement(const StepRecord& previous, const StepRecord& next) {
+  if (!next.not_replayable.empty()) {
+    return next.not_replayable;
+  }
+  if (!previous.not_replayable.empty()) {
+    return previous.not_replayable;
+  }
+  if (previous.arguments.size() != next.arguments.size()) {
+    return "the calls took different numbers of tensor arguments";
+  }
+  for (size_t k = 0; k < next.arguments.size(); ++k) {
+    const std::string a = DescribeArgument(previous.arguments[k]);
+    const std::string b = DescribeArgument(next.arguments[k]);
+    if (a != b) {
+      return "tensor argument " + std::to_string(k) + " changed from " + a + " to " + b;
+    }
+  }
+  if (previous.hash != next.hash || previous.inputs.size() != next.inputs.size() ||
+      previous.seeds != next.seeds) {
+    return "the calls traced different graphs (a Python branch, or a value that decides "
+           "shapes, took another way)";
+  }
+  for (size_t j = 0; j < next.inputs.size(); ++j) {
+    const RecordedInput& a = previous.inputs[j];
+    const RecordedInput& b = next.inputs[j];
+    const bool same_tensor =
+        a.grad_of._unsafe_get_target() == b.grad_of._unsafe_get_target() &&
+        (IsSet(b.grad_of) || a.live._unsafe_get_target() == b.live._unsafe_get_target());
+    if (a.source != b.source || a.index != b.index || a.via_base != b.via_base || !same_tensor) {
+      return "the calls read " + InputName(b) +
+             " from different places: the step reaches a different tensor object each call "
+             "(a parameter, gradient or optimizer state replaced instead of updated in place)";
+    }
+    if (b.source == InputSource::kFrozen && !SameValue(a.frozen, b.frozen)) {
+      return InputName(b) +
+             " differs from one call to the next. It is a Python number or a host value "
+             "made during the step, which a replay would freeze. Keep values that change "
+             "in tensors on the lazy device instead (for an optimizer: capturable=True and a "
+             "tensor lr)";
+    }
+  }
+  if (previous.writes.size() != next.writes.size()) {
+    return "the calls wrote their results to different numbers of tensors";
+  }
+  for (size_t w = 0; w < next.writes.size(); ++w) {
+    const RecordedWrite& a = previous.writes[w];
+    const RecordedWrite& b = next.writes[w];
+    const bool same_target = a.grad_of._unsafe_get_target() == b.grad_of._unsafe_get_target() &&
+                             (a.made_in_call || IsSet(b.grad_of) ||
+                              a.target._unsafe_get_target() == b.target._unsafe_get_target());
+    // A gradient may be made anew one call and updated in place the next.
+    const bool same_making = IsSet(b.grad_of) || a.made_in_call == b.made_in_call;
+    if (a.result != b.result || a.base_result != b.base_result || !same_making || !same_target) {
+      return "the calls wrote their results to different tensors";
+    }
+  }
+  if (previous.returns.size() != next.returns.size()) {
+    return "the calls returned different numbers of tensors";
+  }
+  for (size_t r = 0; r < next.returns.size(); ++r) {
+    const RecordedReturn& a = previous.returns[r];
+    const RecordedReturn& b = next.returns[r];
+    if (a.kind != b.kind || a.index != b.index ||
+        (a.kind == RecordedReturn::Kind::kAsIs &&
+         a.as_is.unsafeGetTensorImpl() != b.as_is.unsafeGetTensorImpl())) {
+      return "returned tensor " + std::to_string(r) + " came from different places";
+    }
+  }
+  return "";
+}
+
+}  // namespace lazyfuse

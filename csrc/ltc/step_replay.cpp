@@ -1,0 +1,209 @@
+// Replaying a captured step (see step_replay.h).
+
+#include "ltc/step_replay.h"
+
+#include <ATen/FunctionalTensorWrapper.h>
+#include <c10/util/Exception.h>
+#include <torch/csrc/lazy/backend/backend_interface.h>
+#include <torch/csrc/lazy/core/metrics.h>
+
+#include <unordered_map>
+
+#include "ltc/graph_executor.h"
+
+namespace lazyfuse {
+namespace {
+
+ReplayOutcome Refuse(ReplayStatus status, std::string why) {
+  ReplayOutcome outcome;
+  outcome.status = status;
+  outcome.why = std::move(why);
+  return outcome;
+}
+
+bool ArgumentMatches(const RecordedArgument& recorded, const at::Tensor& argument) {
+  if (!argument.defined() || argument.scalar_type() != recorded.dtype ||
+      argument.sizes() != c10::IntArrayRef(recorded.sizes)) {
+    return false;
+  }
+  if (recorded.lazy) {
+    return LazyTensorUnder(argument) != nullptr;
+  }
+  return argument.device() == recorded.device &&
+         argument.strides() == c10::IntArrayRef(recorded.strides);
+}
+
+// The data a lazy tensor (or its storage base) holds now: null with
+// `pending` set when it still has IR, which a replay cannot read.
+torch::lazy::BackendDataPtr DataOf(const at::Tensor& tensor, bool* pending, bool via_base = false) {
+  if (at::functionalization::impl::isFunctionalTensor(tensor)) {
+    at::functionalization::impl::sync(tensor);
+  }
+  torch::lazy::LazyTensorPtr lazy = via_base ? LazyStorageBase(tensor) : LazyTensorUnder(tensor);
+  if (lazy == nullptr) {
+    return nullptr;
+  }
+  if (lazy->CurrentIrValue()) {
+    *pending = true;
+    return nullptr;
+  }
+  return lazy->CurrentDataHandle();
+}
+
+bool SameShape(const torch::lazy::BackendDataPtr& data, const torch::lazy::Shape& shape) {
+  return data->shape().scalar_type() == shape.scalar_type() &&
+         data->shape().sizes() == shape.sizes();
+}
+
+at::Tensor GradOf(const WeakTensor& parameter) {
+  at::Tensor owner(parameter.lock());
+  return owner.defined() ? owner.grad() : at::Tensor();
+}
+
+// Gives `target` (and its storage base) the step's new value in place, as a
+// sync gives a tensor its computed data: no IR, no functionalization update,
+// so the tensor and its base stay in step with each other.
+void SetValue(const at::Tensor& target,
+              const RecordedWrite& write,
+              const std::vector<torch::lazy::BackendDataPtr>& results) {
+  LazyTensorUnder(target)->SetDataHandle(results.at(write.result));
+  if (write.base_result) {
+    if (torch::lazy::LazyTensorPtr base = LazyStorageBase(target)) {
+      base->SetDataHandle(results.at(*write.base_result));
+    }
+  }
+}
+
+at::Tensor LazyTensorOf(const torch::lazy::BackendDataPtr& data) {
+  return torch::lazy::CreateAtenFromLtcTensor(torch::lazy::LazyTensor::Create(data));
+}
+
+}  // namespace
+
+ReplayOutcome Replay(const StepRecord& record, const std::vector<at::Tensor>& arguments) {
+  if (!record.not_replayable.empty()) {
+    return Refuse(ReplayStatus::kGuardFailed, record.not_replayable);
+  }
+  if (arguments.size() != record.arguments.size()) {
+    return Refuse(ReplayStatus::kGuardFailed, "the call passed another number of tensors");
+  }
+  for (size_t k = 0; k < arguments.size(); ++k) {
+    if (!ArgumentMatches(record.arguments[k], arguments[k])) {
+      return Refuse(ReplayStatus::kGuardFailed,
+                    "tensor argument " + std::to_string(k) + " changed its metadata");
+    }
+  }
+  const auto& backend = torch::lazy::getBackend();
+  std::vector<torch::lazy::BackendDataPtr> data(record.inputs.size());
+  std::vector<at::Tensor> bound;  // keeps every bound tensor alive until the results are in
+  std::unordered_map<const torch::lazy::BackendData*, long> sole_holders;
+  bool pending = false;
+  for (size_t j = 0; j < record.inputs.size(); ++j) {
+    const RecordedInput& input = record.inputs[j];
+    switch (input.source) {
+      case InputSource::kArgument:
+        data[j] = DataOf(arguments[input.index], &pending);
+        break;
+      case InputSource::kLive: {
+        at::Tensor tensor =
+            IsSet(input.grad_of) ? GradOf(input.grad_of) : at::Tensor(input.live.lock());
+        if (!tensor.defined()) {
+          return Refuse(ReplayStatus::kGuardFailed,
+                        "a tensor the step reads was freed (or a gradient it reads is None)");
+        }
+        data[j] = DataOf(tensor, &pending, input.via_base);
+        bound.push_back(std::move(tensor));
+        if (data[j] != nullptr && input.rewritten) {
+          // Its only holder is the tensor the results replace it in.
+          sole_holders[data[j].get()] = 1;
+        }
+        break;
+      }
+      case InputSource::kTransfer: {
+        // As the traced call moved it, cast included (x.to(lazy, torch.half)).
+        const at::Tensor host = arguments[input.index].to(input.shape.scalar_type());
+        data[j] = backend->MakeComputationDataFromTensor(host, input.shape, *record.device);
+        break;
+      }
+      case InputSource::kSeed:
+        break;  // drawn once every guard held
+      case InputSource::kFrozen:
+      case InputSource::kUnspecified:
+        data[j] = input.frozen;
+        break;
+    }
+    if (pending) {
+      return Refuse(ReplayStatus::kInputPending, "a tensor the step reads has pending IR");
+    }
+    if (input.source != InputSource::kSeed &&
+        (data[j] == nullptr || !SameShape(data[j], input.shape))) {
+      return Refuse(ReplayStatus::kGuardFailed,
+                    "a tensor the step reads changed its dtype or shape, or left the lazy "
+                    "device");
+    }
+  }
+  for (const RecordedWrite& write : record.writes) {
+    if (write.made_in_call && !IsSet(write.grad_of) && write.target.expired()) {
+      // The traced call would have made it and stored it somewhere.
+      return Refuse(ReplayStatus::kGuardFailed, "a tensor the step made last time was freed");
+    }
+  }
+  std::vector<int64_t> seeds(record.seeds);
+  for (int64_t& seed : seeds) {
+    seed = DrawSeed();
+  }
+  for (size_t j = 0; j < record.inputs.size(); ++j) {
+    if (record.inputs[j].source == InputSource::kSeed) {
+      data[j] = backend->MakeComputationDataFromScalar(at::Scalar(seeds[record.inputs[j].index]),
+                                                       *record.device);
+    }
+  }
+  std::vector<torch::lazy::BackendDataPtr> results;
+  {
+    ReplayOverwrites overwrites(std::move(sole_holders));
+    results = backend->ExecuteComputation(record.computation, data, *record.device);
+    data.clear();
+    for (const RecordedWrite& write : record.writes) {
+      const torch::lazy::BackendDataPtr& result = results.at(write.result);
+      if (IsSet(write.grad_of)) {
+        at::Tensor parameter(write.grad_of.lock());
+        if (!parameter.defined()) {
+          continue;
+        }
+        at::Tensor current = parameter.grad();
+        if (!write.made_in_call && current.defined() &&
+            current.unsafeGetTensorImpl() == write.target._unsafe_get_target()) {
+          SetValue(current, write, results);
+        } else {
+          parameter.mutable_grad() =
+              at::functionalization::impl::to_functional_tensor(LazyTensorOf(result));
+        }
+        continue;
+      }
+      at::Tensor target(write.target.lock());
+      if (target.defined()) {  // else nothing can read it any more
+        SetValue(target, write, results);
+      }
+    }
+    overwrites.RaiseIfFailed();
+  }
+  ReplayOutcome outcome;
+  for (const RecordedReturn& entry : record.returns) {
+    switch (entry.kind) {
+      case RecordedReturn::Kind::kResult:
+        outcome.returned.push_back(at::functionalization::impl::to_functional_tensor(
+            LazyTensorOf(results.at(entry.index))));
+        break;
+      case RecordedReturn::Kind::kArgument:
+        outcome.returned.push_back(arguments[entry.index]);
+        break;
+      case RecordedReturn::Kind::kAsIs:
+        outcome.returned.push_back(entry.as_is);
+        break;
+    }
+  }
+  TORCH_LAZY_COUNTER("LazyFuseStepsReplayed", 1);
+  return outcome;
+}
+
+}  // namespace lazyfuse

@@ -1,0 +1,54 @@
+// lazyfuse._C's step replay surface (python/lazyfuse/replay.py drives it).
+
+#include <torch/csrc/utils/pybind.h>
+
+#include "ltc/step_replay.h"
+#include "python/bindings.h"
+
+namespace lazyfuse {
+
+void BindStepReplay(py::module& m) {
+  py::class_<StepRecord, std::shared_ptr<StepRecord>>(m, "_StepRecord")
+      .def_property_readonly("not_replayable",
+                             [](const StepRecord& record) { return record.not_replayable; })
+      .def_property_readonly(
+          "sources",
+          [](const StepRecord& record) {
+            static const char* names[] = {
+                "argument", "transfer", "live", "seed", "frozen", "unspecified"};
+            std::vector<std::string> sources;
+            for (const RecordedInput& input : record.inputs) {
+              sources.emplace_back(std::string(names[static_cast<int>(input.source)]) +
+                                   (input.via_base ? " base " : " ") + input.op + " " +
+                                   input.call_site);
+            }
+            return sources;
+          })
+      .def_property_readonly("writes",
+                             [](const StepRecord& record) { return record.writes.size(); })
+      .def_property_readonly("returns", [](const StepRecord& record) {
+        std::vector<std::pair<int, size_t>> returns;
+        for (const RecordedReturn& entry : record.returns) {
+          returns.emplace_back(static_cast<int>(entry.kind), entry.index);
+        }
+        return returns;
+      });
+  m.def("_capture_begin", &BeginCapture);
+  m.def("_capturing", &Capturing);
+  m.def("_capture_end", &EndCapture);
+  m.def("_capture_abort", &AbortCapture);
+  m.def("_record_disagreement", [](const StepRecord& previous, const StepRecord& next) {
+    return Disagreement(previous, next);
+  });
+  m.def("_replay", [](const StepRecord& record, const std::vector<at::Tensor>& arguments) {
+    ReplayOutcome outcome;
+    {
+      py::gil_scoped_release release;
+      outcome = Replay(record, arguments);
+    }
+    return py::make_tuple(
+        static_cast<int>(outcome.status), outcome.why, std::move(outcome.returned));
+  });
+}
+
+}  // namespace lazyfuse

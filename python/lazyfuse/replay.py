@@ -1,0 +1,310 @@
+"""Step replay: ``lazyfuse.compile(fn, replay=True)`` runs a step's cached
+graph without running ``fn``'s Python (csrc/ltc/step_replay.h does the work).
+
+A call is traced, as without replay, until two consecutive traced calls
+capture the same graph reading the same tensors. From then on a call whose
+guards hold is replayed: the graph runs on the data its tensors hold now, and
+its results go back into them. Every ``check_every`` replays one call is
+traced again and compared with the capture, which catches a value that
+changed where no guard looks.
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import threading
+import warnings
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.utils import _pytree as pytree
+
+from lazyfuse import _C
+
+__all__ = ["ReplayedStep"]
+
+_DONE, _INPUT_PENDING = 0, 1
+
+# How many replays run between two traced checks. A check costs one traced
+# step, so 1 in 100 keeps the host cost within 1-2% of pure replay, while a
+# value that changed unseen is caught within 100 steps.
+DEFAULT_CHECK_EVERY = 100
+# Consecutive captures that disagree before a step is run traced for the
+# next `check_every` calls: the cost of capturing is then not paid every call.
+_MAX_DISAGREEMENTS = 4
+
+# Bumped whenever a module changes training mode or gains or swaps a
+# parameter, buffer or submodule: a replayed step guards on both.
+_epochs = {"train": 0, "structure": 0}
+_module_train = torch.nn.Module.train
+
+
+def _train(self: torch.nn.Module, mode: bool = True) -> torch.nn.Module:
+    _epochs["train"] += 1
+    return _module_train(self, mode)
+
+
+def _structure_changed(*_: object) -> None:
+    _epochs["structure"] += 1
+
+
+_tracing = threading.local()  # depth of replayed steps tracing on this thread
+
+# Every replayed step, so a swap can drop their captures.
+_steps: weakref.WeakSet[ReplayedStep] = weakref.WeakSet()
+_swap_tensors = torch.utils.swap_tensors
+
+
+def _swap_forgetting_captures(t1: torch.Tensor, t2: torch.Tensor) -> None:
+    # A capture refers to the tensors it binds (C++ weak references), which
+    # swap_tensors refuses: Module.to(dtype) and load_state_dict(assign=True)
+    # swap parameters. A swapped tensor is another tensor anyway.
+    for step in list(_steps):
+        step.reset()
+    _epochs["structure"] += 1
+    _swap_tensors(t1, t2)
+
+
+torch.utils.swap_tensors = _swap_forgetting_captures
+torch.nn.Module.train = _train  # type: ignore[method-assign]
+torch.nn.modules.module.register_module_parameter_registration_hook(_structure_changed)
+torch.nn.modules.module.register_module_buffer_registration_hook(_structure_changed)
+torch.nn.modules.module.register_module_module_registration_hook(_structure_changed)
+
+
+_LRScheduler = torch.optim.lr_scheduler.LRScheduler
+
+
+def _live_lazy_tensors() -> tuple[list[torch.Tensor], list[torch.optim.Optimizer], list[Any]]:
+    """Every lazy tensor alive now (with the gradients of parameters), every
+    optimizer and every LR scheduler. Only captures pay for the scan."""
+    tensors: dict[int, torch.Tensor] = {}
+    optimizers = []
+    schedulers = []
+    for obj in gc.get_objects():
+        # type(), not isinstance(): module proxies warn when asked for __class__.
+        kind = type(obj)
+        if issubclass(kind, torch.Tensor):
+            if obj.device.type == "lazy":
+                tensors[id(obj)] = obj
+        elif issubclass(kind, torch.optim.Optimizer):
+            optimizers.append(obj)
+        elif issubclass(kind, _LRScheduler):
+            schedulers.append(obj)
+    for tensor in list(tensors.values()):
+        if tensor.is_leaf and tensor.requires_grad:
+            grad = tensor.grad
+            if grad is not None and grad.device.type == "lazy":
+                tensors[id(grad)] = grad
+    return list(tensors.values()), optimizers, schedulers
+
+
+def _hyperparameters(optimizers: list[torch.optim.Optimizer]) -> list[object]:
+    # Tensor values (a tensor lr) are read by the graph: their identity is
+    # what a replay must keep; float values are frozen into it.
+    return [
+        [
+            tuple(
+                (key, ("tensor", id(value)) if isinstance(value, torch.Tensor) else value)
+                for key, value in group.items()
+                if key != "params"
+            )
+            + (("params", tuple(map(id, group["params"]))),)
+            for group in optimizer.param_groups
+        ]
+        for optimizer in optimizers
+    ]
+
+
+def _same(a: object, b: object) -> bool:
+    # Arguments and returns may hold values whose == is not a bool (arrays).
+    try:
+        return bool(a == b)
+    except Exception:  # noqa: BLE001 - any such value counts as changed
+        return False
+
+
+def _process_state() -> tuple[object, ...]:
+    return (
+        torch.is_grad_enabled(),
+        torch.is_inference_mode_enabled(),
+        torch.get_default_dtype(),
+        tuple(_C._autocast_state()),
+        _epochs["train"],
+        _epochs["structure"],
+    )
+
+
+class ReplayedStep:
+    """``fn`` wrapped for replay (see :func:`lazyfuse.compile`)."""
+
+    def __init__(self, fn: Callable[..., Any], check_every: int = DEFAULT_CHECK_EVERY) -> None:
+        if check_every < 1:
+            raise ValueError(f"lazyfuse.compile: check_every must be at least 1, got {check_every}")
+        functools.update_wrapper(self, fn)
+        _steps.add(self)
+        self.fn = fn
+        self.check_every = check_every
+        self.traced_calls = 0
+        self.replayed_calls = 0
+        self.last_reason = ""  # why the last call was not replayed
+        self._label = f"lazyfuse.compile({getattr(fn, '__qualname__', fn)!r}, replay=True)"
+        self.reset()
+
+    def reset(self) -> None:
+        """Drops the capture: the next calls trace and capture again."""
+        self._record: Any = None  # the capture replays run
+        self._candidate: Any = None  # the latest capture, awaiting one that agrees
+        self._guards: tuple[object, ...] = ()
+        self._optimizers: list[torch.optim.Optimizer] = []
+        self._hyper: list[object] = []
+        self._outputs: tuple[object, ...] = ()
+        self._since_check = 0
+        self._disagreements = 0
+        self._pause_until = 0
+        self._warned = False
+
+    # ---- the call ----
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if getattr(_tracing, "depth", 0):
+            # Called from a step being traced: part of that step's graph.
+            return self.fn(*args, **kwargs)
+        leaves, spec = pytree.tree_flatten((args, kwargs))
+        tensors = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
+        key = (spec, tuple(None if isinstance(x, torch.Tensor) else x for x in leaves))
+        if self._record is not None and self._since_check < self.check_every:
+            if _same(self._guards, (key, _process_state())) and _same(
+                self._hyper, _hyperparameters(self._optimizers)
+            ):
+                returned = self._replay(tensors)
+                if returned is not None:
+                    self._since_check += 1
+                    self.replayed_calls += 1
+                    out_spec, constants = self._outputs
+                    it = iter(returned)
+                    return pytree.tree_unflatten(
+                        [next(it) if c is _TENSOR else c for c in constants], out_spec
+                    )
+            else:
+                self.last_reason = "a guard changed (arguments, modes or hyperparameters)"
+        return self._trace(args, kwargs, tensors, key)
+
+    def _replay(self, tensors: list[torch.Tensor]) -> list[torch.Tensor] | None:
+        status, why, returned = _C._replay(self._record, tensors)
+        if status == _INPUT_PENDING:
+            # What the traced call's entry would sync anyway.
+            _C._mark_step(False)
+            status, why, returned = _C._replay(self._record, tensors)
+        if status != _DONE:
+            self.last_reason = why
+            return None
+        return returned
+
+    def _trace(self, args: Any, kwargs: Any, tensors: list[torch.Tensor], key: object) -> Any:
+        from lazyfuse import mark_step
+
+        self.traced_calls += 1
+        _tracing.depth = getattr(_tracing, "depth", 0) + 1
+        try:
+            return self._trace_and_capture(args, kwargs, tensors, key, mark_step)
+        finally:
+            _tracing.depth -= 1
+
+    def _trace_and_capture(
+        self, args: Any, kwargs: Any, tensors: list[torch.Tensor], key: object, mark_step: Any
+    ) -> Any:
+        mark_step()
+        capturing = self.traced_calls > self._pause_until
+        if not capturing:
+            out = self.fn(*args, **kwargs)
+            mark_step()
+            return out
+        live, optimizers, schedulers = _live_lazy_tensors()
+        epochs = [scheduler.last_epoch for scheduler in schedulers]
+        _C._capture_begin(tensors, live)
+        try:
+            out = self.fn(*args, **kwargs)
+            out_leaves, out_spec = pytree.tree_flatten(out)
+            returned = [leaf for leaf in out_leaves if isinstance(leaf, torch.Tensor)]
+            mark_step()
+        except BaseException:
+            _C._capture_abort()
+            raise
+        record = _C._capture_end(_live_lazy_tensors()[0], returned)
+        stepped = [s for s, epoch in zip(schedulers, epochs, strict=True) if s.last_epoch != epoch]
+        why_not = (
+            f"{type(stepped[0]).__name__}.step() ran inside the step: its Python decides the "
+            "lr anew each call, which a replay would freeze. Call it outside the replayed "
+            "function"
+            if stepped
+            else ""
+        )
+        # As the next call will find it: a step that calls model.train()
+        # itself leaves the mode it set.
+        state = _process_state()
+        outputs = (
+            out_spec,
+            tuple(_TENSOR if isinstance(x, torch.Tensor) else x for x in out_leaves),
+        )
+        self._consider(record, (key, state), optimizers, outputs, why_not)
+        return out
+
+    def _consider(
+        self,
+        record: Any,
+        guards: tuple[object, ...],
+        optimizers: list[torch.optim.Optimizer],
+        outputs: tuple[object, ...],
+        why_not: str,
+    ) -> None:
+        previous = self._record if self._record is not None else self._candidate
+        if why_not:
+            why = why_not
+        elif previous is None:
+            why = record.not_replayable or "first capture"
+        else:
+            why = _C._record_disagreement(previous, record)
+            if not why and not _same(outputs, self._outputs):
+                why = "the calls returned different Python values or structures"
+        checked = self._record is not None and self._since_check >= self.check_every
+        self._outputs = outputs
+        if not why:
+            self._record, self._candidate = record, None
+            self._guards, self._optimizers = guards, optimizers
+            self._hyper = _hyperparameters(optimizers)
+            self._since_check = 0
+            self._disagreements = 0
+            return
+        if checked:
+            warnings.warn(
+                f"{self._label}: the step changed since it was captured ({why}). The last "
+                f"{self._since_check} replayed calls may have used the old value. It is traced "
+                "and captured again.",
+                stacklevel=4,
+            )
+        self.last_reason = why
+        self._record, self._candidate = None, record
+        if why != "first capture":
+            self._disagreements += 1
+        if self._disagreements >= _MAX_DISAGREEMENTS:
+            self._disagreements = 0
+            self._candidate = None
+            self._pause_until = self.traced_calls + self.check_every
+            if not self._warned:
+                self._warned = True
+                warnings.warn(
+                    f"{self._label}: the step cannot be replayed, so it runs traced: {why}. "
+                    f"It tries again every {self.check_every} calls.",
+                    stacklevel=4,
+                )
+
+
+class _TensorSlot:
+    def __repr__(self) -> str:
+        return "<tensor>"
+
+
+_TENSOR = _TensorSlot()
