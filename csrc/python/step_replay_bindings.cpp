@@ -37,6 +37,13 @@ void BindStepReplay(py::module& m) {
   m.def("_capturing", &Capturing);
   m.def("_capture_end", &EndCapture);
   m.def("_capture_abort", &AbortCapture);
+  // A record's graph may hold a process group (collectives). Destroyed during
+  // interpreter teardown, Gloo's threads abort the process: records still
+  // alive at exit are kept, as LTC keeps its compile cache.
+  m.def("_keep_until_exit", [](std::shared_ptr<StepRecord> record) {
+    static auto* kept = new std::vector<std::shared_ptr<StepRecord>>();
+    kept->push_back(std::move(record));
+  });
   m.def("_record_disagreement", [](const StepRecord& previous, const StepRecord& next) {
     return Disagreement(previous, next);
   });

@@ -11,6 +11,7 @@ changed where no guard looks.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import gc
 import threading
@@ -69,6 +70,18 @@ def _swap_forgetting_captures(t1: torch.Tensor, t2: torch.Tensor) -> None:
 
 
 torch.utils.swap_tensors = _swap_forgetting_captures
+
+
+@atexit.register
+def _keep_captures_until_exit() -> None:
+    for step in list(_steps):
+        for record in (step._record, step._candidate):
+            if record is not None:
+                _C._keep_until_exit(record)
+    # Cyclic garbage left for interpreter teardown may hold a Gloo work or
+    # process group, whose threads then abort the process; a capture's gc
+    # scans keep such garbage longer. Freed here, the interpreter is whole.
+    gc.collect()
 torch.nn.Module.train = _train  # type: ignore[method-assign]
 torch.nn.modules.module.register_module_parameter_registration_hook(_structure_changed)
 torch.nn.modules.module.register_module_buffer_registration_hook(_structure_changed)

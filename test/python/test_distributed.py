@@ -128,3 +128,8 @@ def test_torchrun_runs_the_readme_example() -> None:
     match = re.search(r"largest parameter difference after \d+ steps: (\S+)", result.stdout)
     assert match and float(match.group(1)) <= 1e-6, result.stdout
     assert "eager fallbacks on the lazy device: none" in result.stdout, result.stdout
+
+
+@pytest.mark.parametrize("wrap", ["helpers", "ddp"])
+def test_a_replayed_data_parallel_step_matches_the_traced_one(wrap: str) -> None:
+    run_ranks(workers.check_replayed_training, False, wrap)
