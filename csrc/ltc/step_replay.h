@@ -71,7 +71,9 @@ struct RecordedInput {
 };
 
 // Result `result` goes into `target`; `made_in_call`: the target was created
-// during the captured call. A gradient goes to its parameter `grad_of`: a
+// during the captured call. The replay writes into that same object if it
+// is still alive (a tensor the step stores somewhere): once freed, nothing
+// can read it. A gradient goes to its parameter `grad_of`: a
 // new one (after zero_grad(set_to_none=True)) becomes the parameter's .grad,
 // as in a traced call, and an old one is updated in place.
 struct RecordedWrite {

@@ -25,7 +25,19 @@ void BindStepReplay(py::module& m) {
             return sources;
           })
       .def_property_readonly("writes",
-                             [](const StepRecord& record) { return record.writes.size(); })
+                             [](const StepRecord& record) {
+                               std::vector<std::string> writes;
+                               for (const RecordedWrite& write : record.writes) {
+                                 at::Tensor target(write.target.lock());
+                                 writes.push_back("result " + std::to_string(write.result) +
+                                                  (write.made_in_call ? " made in call" : "") +
+                                                  (IsSet(write.grad_of) ? " grad" : "") +
+                                                  (target.defined() ? " " + target.toString() +
+                                                                          c10::str(target.sizes())
+                                                                    : " (freed)"));
+                               }
+                               return writes;
+                             })
       .def_property_readonly("returns", [](const StepRecord& record) {
         std::vector<std::pair<int, size_t>> returns;
         for (const RecordedReturn& entry : record.returns) {

@@ -206,7 +206,12 @@ def run_graph(
 ) -> list[torch.Tensor]:
     """Runs `graph` eagerly on `device`; `dtypes`, when given, receives every
     value's dtype."""
-    gen = torch.Generator().manual_seed(graph.seed * 7919 + graph.index)
+    return evaluate(graph, graph_inputs(graph, device), dtypes)
+
+
+def graph_inputs(graph: Graph, device: torch.device, draw: int = 0) -> dict[str, torch.Tensor]:
+    """The inputs of `graph`; `draw` picks another set of values."""
+    gen = torch.Generator().manual_seed(graph.seed * 7919 + graph.index + draw * 104729)
     env: dict[str, torch.Tensor] = {}
     for name, shape, dtype in graph.inputs:
         if dtype == torch.bool:
@@ -227,6 +232,14 @@ def run_graph(
                 value = mix(value, INT_SPECIALS + large, gen, torch.int64)
             value = value.to(dtype)
         env[name] = value.to(device)
+    return env
+
+
+def evaluate(
+    graph: Graph, inputs: dict[str, torch.Tensor], dtypes: dict[str, torch.dtype] | None = None
+) -> list[torch.Tensor]:
+    """The outputs of `graph` on `inputs`."""
+    env = dict(inputs)
     for out, op, args in graph.steps:
         a = env[args[0]]
         if op in UNARY:
