@@ -520,3 +520,48 @@ def test_the_readme_example_runs_and_replays():
     counts = re.search(r"(\d+) calls traced, (\d+) replayed", done.stdout)
     assert counts is not None, done.stdout
     assert int(counts[2]) >= 190 and int(counts[1]) + int(counts[2]) == 200
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+def test_hugging_face_models_replay_bit_identical(kind: str):
+    transformers = pytest.importorskip("transformers", reason="scripts/setup_env.sh installs it")
+
+    def build():
+        if kind == "gpt2":
+            config = transformers.GPT2Config(
+                n_layer=2, n_embd=32, n_head=2, vocab_size=100, n_positions=16
+            )
+            model = transformers.GPT2LMHeadModel(config)
+        else:
+            config = transformers.LlamaConfig(
+                num_hidden_layers=2,
+                hidden_size=32,
+                intermediate_size=64,
+                num_attention_heads=2,
+                num_key_value_heads=1,
+                vocab_size=100,
+                max_position_embeddings=16,
+            )
+            model = transformers.LlamaForCausalLM(config)
+        model = model.to(DEV)
+        opt = torch.optim.AdamW(
+            model.parameters(), lr=torch.tensor(1e-3, device=DEV), capturable=True
+        )
+
+        def step(ids, labels):
+            opt.zero_grad()
+            loss = model(input_ids=ids, labels=labels).loss
+            loss.backward()
+            opt.step()
+            return loss
+
+        return model, opt, step
+
+    gen = torch.Generator().manual_seed(1)
+    batches = []
+    for _ in range(8):
+        ids = torch.randint(0, 100, (2, 12), generator=gen)
+        batches.append((ids, ids))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # transformers' own notices
+        _assert_replays_like_traced(build, batches, min_replays=5)
