@@ -447,15 +447,29 @@ std::string Disagreement(const StepRecord& previous, const StepRecord& next) {
              "tensor lr)";
     }
   }
-  if (previous.writes.size() != next.writes.size()) {
+  // A tensor made during a call and kept somewhere gets the result as a
+  // courtesy (storing it was a Python side effect, frozen by a replay); a
+  // capture need not find it to agree.
+  auto kept = [](const StepRecord& record) {
+    std::vector<const RecordedWrite*> writes;
+    for (const RecordedWrite& write : record.writes) {
+      if (!write.made_in_call || IsSet(write.grad_of)) {
+        writes.push_back(&write);
+      }
+    }
+    return writes;
+  };
+  const std::vector<const RecordedWrite*> before = kept(previous);
+  const std::vector<const RecordedWrite*> after = kept(next);
+  if (before.size() != after.size()) {
     return "the calls wrote their results to different numbers of tensors";
   }
-  for (size_t w = 0; w < next.writes.size(); ++w) {
-    const RecordedWrite& a = previous.writes[w];
-    const RecordedWrite& b = next.writes[w];
-    const bool same_target = a.grad_of._unsafe_get_target() == b.grad_of._unsafe_get_target() &&
-                             (a.made_in_call || IsSet(b.grad_of) ||
-                              a.target._unsafe_get_target() == b.target._unsafe_get_target());
+  for (size_t w = 0; w < after.size(); ++w) {
+    const RecordedWrite& a = *before[w];
+    const RecordedWrite& b = *after[w];
+    const bool same_target =
+        a.grad_of._unsafe_get_target() == b.grad_of._unsafe_get_target() &&
+        (IsSet(b.grad_of) || a.target._unsafe_get_target() == b.target._unsafe_get_target());
     // A gradient may be made anew one call and updated in place the next.
     const bool same_making = IsSet(b.grad_of) || a.made_in_call == b.made_in_call;
     if (a.result != b.result || a.base_result != b.base_result || !same_making || !same_target) {

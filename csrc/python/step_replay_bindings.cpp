@@ -38,6 +38,29 @@ void BindStepReplay(py::module& m) {
                                }
                                return writes;
                              })
+      // The tensors the record binds that are still alive: a periodic check
+      // captures over them instead of scanning every Python object.
+      .def("bound_tensors",
+           [](const StepRecord& record) {
+             std::vector<at::Tensor> tensors;
+             auto add = [&tensors](const WeakTensor& weak) {
+               if (IsSet(weak)) {
+                 at::Tensor tensor(weak.lock());
+                 if (tensor.defined()) {
+                   tensors.push_back(std::move(tensor));
+                 }
+               }
+             };
+             for (const RecordedInput& input : record.inputs) {
+               add(input.live);
+               add(input.grad_of);
+             }
+             for (const RecordedWrite& write : record.writes) {
+               add(write.target);
+               add(write.grad_of);
+             }
+             return tensors;
+           })
       .def_property_readonly("returns", [](const StepRecord& record) {
         std::vector<std::pair<int, size_t>> returns;
         for (const RecordedReturn& entry : record.returns) {

@@ -82,6 +82,8 @@ def _keep_captures_until_exit() -> None:
     # process group, whose threads then abort the process; a capture's gc
     # scans keep such garbage longer. Freed here, the interpreter is whole.
     gc.collect()
+
+
 torch.nn.Module.train = _train  # type: ignore[method-assign]
 torch.nn.modules.module.register_module_parameter_registration_hook(_structure_changed)
 torch.nn.modules.module.register_module_buffer_registration_hook(_structure_changed)
@@ -113,6 +115,24 @@ def _live_lazy_tensors() -> tuple[list[torch.Tensor], list[torch.optim.Optimizer
             if grad is not None and grad.device.type == "lazy":
                 tensors[id(grad)] = grad
     return list(tensors.values()), optimizers, schedulers
+
+
+def _young_lazy_tensors() -> list[torch.Tensor]:
+    return [
+        obj
+        for generation in (0, 1)
+        for obj in gc.get_objects(generation)
+        if issubclass(type(obj), torch.Tensor) and obj.device.type == "lazy"
+    ]
+
+
+def _with_gradients(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """`tensors` without repeats, with the gradients of the leaves among them."""
+    found = {id(t): t for t in tensors}
+    for tensor in tensors:
+        if tensor.is_leaf and tensor.requires_grad and tensor.grad is not None:
+            found[id(tensor.grad)] = tensor.grad
+    return list(found.values())
 
 
 def _hyperparameters(optimizers: list[torch.optim.Optimizer]) -> list[object]:
@@ -173,6 +193,7 @@ class ReplayedStep:
         self._candidate: Any = None  # the latest capture, awaiting one that agrees
         self._guards: tuple[object, ...] = ()
         self._optimizers: list[torch.optim.Optimizer] = []
+        self._schedulers: list[Any] = []
         self._hyper: list[object] = []
         self._outputs: tuple[object, ...] = ()
         self._since_check = 0
@@ -235,7 +256,15 @@ class ReplayedStep:
             out = self.fn(*args, **kwargs)
             mark_step()
             return out
-        live, optimizers, schedulers = _live_lazy_tensors()
+        checking = self._record
+        if checking is not None:
+            # A periodic check: the capture must bind what the record binds,
+            # so the record's tensors are all it needs (a gc scan costs tens
+            # of ms in a large process). Anything new makes it disagree.
+            live = _with_gradients(checking.bound_tensors())
+            optimizers, schedulers = self._optimizers, self._schedulers
+        else:
+            live, optimizers, schedulers = _live_lazy_tensors()
         epochs = [scheduler.last_epoch for scheduler in schedulers]
         _C._capture_begin(tensors, live)
         try:
@@ -246,7 +275,12 @@ class ReplayedStep:
         except BaseException:
             _C._capture_abort()
             raise
-        record = _C._capture_end(_live_lazy_tensors()[0], returned)
+        if checking is not None:
+            # Tensors made during the call are young: gc generations 0 and 1.
+            after = _with_gradients(checking.bound_tensors() + live + _young_lazy_tensors())
+        else:
+            after = _live_lazy_tensors()[0]
+        record = _C._capture_end(after, returned)
         stepped = [s for s, epoch in zip(schedulers, epochs, strict=True) if s.last_epoch != epoch]
         why_not = (
             f"{type(stepped[0]).__name__}.step() ran inside the step: its Python decides the "
@@ -263,6 +297,8 @@ class ReplayedStep:
             tuple(_TENSOR if isinstance(x, torch.Tensor) else x for x in out_leaves),
         )
         self._consider(record, (key, state), optimizers, outputs, why_not)
+        if self._record is record:
+            self._schedulers = schedulers
         return out
 
     def _consider(

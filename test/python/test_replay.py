@@ -565,3 +565,22 @@ def test_hugging_face_models_replay_bit_identical(kind: str):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # transformers' own notices
         _assert_replays_like_traced(build, batches, min_replays=5)
+
+
+def test_a_tensor_the_step_stores_follows_replays_across_checks():
+    model = torch.nn.Linear(4, 4).to(DEV)
+    kept: dict[str, torch.Tensor] = {}
+
+    def step(x):
+        out = model(x).relu()
+        kept["last"] = out * 2  # a Python side effect: a replay writes into the kept tensor
+        return out
+
+    fn = lazyfuse.compile(step, replay=True, check_every=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no check may find a difference
+        for i in range(14):
+            x = torch.full((2, 4), float(i), device=DEV)
+            out = fn(x)
+            torch.testing.assert_close(kept["last"].cpu(), out.cpu() * 2)
+    assert fn.replayed_calls >= 9
