@@ -1,5 +1,5 @@
-"""lazyfuse.compile(fn, replay=True): a replayed step gives the traced step's
-values, bit for bit, and traces again whenever a guard changes."""
+"""lazyfuse.compile(fn, replay=True): what a replay binds, guards and
+freezes, and when it traces again. Training parity is test_replay_models.py."""
 
 from __future__ import annotations
 
@@ -7,280 +7,21 @@ import re
 import subprocess
 import sys
 import warnings
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
 import torch.nn.functional as F
+from replay_helpers import DEV, make_batches, mlp
 
 import lazyfuse
-
-DEV = lazyfuse.lazy_device()
-STEPS = 20
-
-Build = Callable[[], tuple[torch.nn.Module, Any, Callable[..., Any]]]
-
-
-def _batches(n: int, x_shape: tuple[int, ...], y_shape: tuple[int, ...], classes: int = 0) -> list:
-    gen = torch.Generator().manual_seed(1)
-    out = []
-    for _ in range(n):
-        x = torch.randn(x_shape, generator=gen)
-        y = (
-            torch.randint(0, classes, y_shape, generator=gen)
-            if classes
-            else torch.randn(y_shape, generator=gen)
-        )
-        out.append((x, y))
-    return out
-
-
-def _state(model: torch.nn.Module, opt: Any) -> list[torch.Tensor]:
-    tensors = [t.detach().cpu() for t in model.state_dict().values()]
-    if opt is not None:
-        for state in opt.state_dict()["state"].values():
-            tensors += [v.detach().cpu() for v in state.values() if isinstance(v, torch.Tensor)]
-    return tensors
-
-
-def _run(
-    build: Build, batches: list, replay: bool, between: Callable[[int, Any], None] | None = None
-):
-    torch.manual_seed(0)
-    model, opt, step = build()
-    calls = [0]
-
-    def counted(*args: Any) -> Any:
-        calls[0] += 1
-        return step(*args)
-
-    fn = lazyfuse.compile(counted, replay=True) if replay else lazyfuse.compile(counted)
-    torch.manual_seed(2)  # dropout draws from here on
-    losses = []
-    for i, (x, y) in enumerate(batches):
-        losses.append(fn(x.to(DEV), y.to(DEV)).detach().cpu())
-        if between is not None:
-            between(i, (model, opt))
-    return losses, _state(model, opt), calls[0], fn
-
-
-def _assert_replays_like_traced(build: Build, batches: list, between=None, min_replays: int = 10):
-    traced_losses, traced_state, _, _ = _run(build, batches, False, between)
-    losses, state, calls, fn = _run(build, batches, True, between)
-    for step, (a, b) in enumerate(zip(traced_losses, losses, strict=True)):
-        assert torch.equal(a, b) or (a.isnan().all() and b.isnan().all()), (
-            f"loss differs at step {step}: {a} vs {b}"
-        )
-    assert len(traced_state) == len(state)
-    for a, b in zip(traced_state, state, strict=True):
-        assert torch.equal(a, b)
-    assert fn.replayed_calls >= min_replays, fn.last_reason
-    assert calls == fn.traced_calls  # the body runs only when traced
-    return fn
-
-
-def _mlp() -> tuple[torch.nn.Module, Any, Callable[..., Any]]:
-    model = torch.nn.Sequential(
-        torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Dropout(0.2), torch.nn.Linear(32, 4)
-    ).to(DEV)
-    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-
-    def step(x, y):
-        opt.zero_grad()
-        loss = F.mse_loss(model(x), y)
-        loss.backward()
-        opt.step()
-        return loss
-
-    return model, opt, step
-
-
-def test_mlp_with_sgd_momentum_replays_bit_identical():
-    fn = _assert_replays_like_traced(_mlp, _batches(STEPS, (6, 8), (6, 4)))
-    assert fn.traced_calls <= 3
-
-
-def _cnn() -> tuple[torch.nn.Module, Any, Callable[..., Any]]:
-    model = torch.nn.Sequential(
-        torch.nn.Conv2d(1, 4, 3),
-        torch.nn.BatchNorm2d(4),
-        torch.nn.ReLU(),
-        torch.nn.MaxPool2d(2),
-        torch.nn.Flatten(),
-        torch.nn.Linear(4 * 3 * 3, 10),
-    ).to(DEV)
-    opt = torch.optim.SGD(model.parameters(), lr=0.05)
-
-    def step(x, y):
-        opt.zero_grad()
-        loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        return loss
-
-    return model, opt, step
-
-
-def test_cnn_with_batchnorm_switched_to_eval_replays_bit_identical():
-    def switch(i: int, objects: Any) -> None:
-        if i == 9:
-            objects[0].eval()
-
-    fn = _assert_replays_like_traced(
-        _cnn, _batches(STEPS, (4, 1, 8, 8), (4,), classes=10), between=switch, min_replays=12
-    )
-    assert fn.traced_calls <= 6  # two captures per mode, plus the first
-
-
-def _transformer() -> tuple[torch.nn.Module, Any, Callable[..., Any]]:
-    model = torch.nn.Sequential(
-        torch.nn.TransformerEncoderLayer(16, 2, 32, dropout=0.1, batch_first=True),
-        torch.nn.Linear(16, 4),
-    ).to(DEV)
-    opt = torch.optim.AdamW(
-        model.parameters(), lr=torch.tensor(1e-2, device=DEV), capturable=True, weight_decay=0.01
-    )
-
-    def step(x, y):
-        opt.zero_grad()
-        loss = F.mse_loss(model(x)[:, 0], y)
-        loss.backward()
-        opt.step()
-        return loss
-
-    return model, opt, step
-
-
-def _step_lr_every_call(step_size: int) -> Callable[[int, Any], None]:
-    schedulers: dict[int, Any] = {}
-
-    def scheduler_step(i: int, objects: Any) -> None:
-        opt = objects[1]
-        if id(opt) not in schedulers:
-            schedulers[id(opt)] = torch.optim.lr_scheduler.StepLR(opt, step_size, gamma=0.3)
-        schedulers[id(opt)].step()
-
-    return scheduler_step
-
-
-def test_transformer_with_capturable_adamw_and_scheduler_replays_bit_identical():
-    # The scheduler fills the tensor lr: the step reads it, so nothing is frozen.
-    _assert_replays_like_traced(
-        _transformer,
-        _batches(STEPS, (3, 5, 16), (3, 4)),
-        between=_step_lr_every_call(5),
-        min_replays=15,
-    )
-
-
-def test_a_scheduler_stepped_inside_the_step_is_not_frozen():
-    def build():
-        model, opt, step = _transformer()
-        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.5)
-
-        def step_and_schedule(x, y):
-            loss = step(x, y)
-            sched.step()
-            return loss
-
-        return model, opt, step_and_schedule
-
-    with pytest.warns(UserWarning, match="StepLR.step.. ran inside the step"):
-        fn = _assert_replays_like_traced(build, _batches(8, (3, 5, 16), (3, 4)), min_replays=0)
-    assert fn.replayed_calls == 0
-
-
-def _adam(lr: float = 1e-2) -> tuple[torch.nn.Module, Any, Callable[..., Any]]:
-    model = torch.nn.Linear(8, 4).to(DEV)
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
-
-    def step(x, y):
-        opt.zero_grad()
-        loss = F.mse_loss(model(x), y)
-        loss.backward()
-        opt.step()
-        return loss
-
-    return model, opt, step
-
-
-def test_default_adam_is_not_frozen_and_says_why():
-    with pytest.warns(
-        UserWarning, match=r"cannot be replayed.*aten::\w+, made at .*test_replay.py:\d+"
-    ):
-        fn = _assert_replays_like_traced(_adam, _batches(STEPS, (6, 8), (6, 4)), min_replays=0)
-    assert fn.replayed_calls == 0
-    assert "capturable=True" in fn.last_reason
-
-
-@pytest.mark.parametrize("how", ["scheduler", "user"])
-def test_a_float_lr_changed_mid_run_is_never_stale(how: str):
-    scheduler_step = _step_lr_every_call(7)
-
-    def change(i: int, objects: Any) -> None:
-        if how == "scheduler":
-            scheduler_step(i, objects)
-        elif i in (6, 13):
-            opt = objects[1]
-            for group in opt.param_groups:
-                group["lr"] *= 0.3
-
-    fn = _assert_replays_like_traced(
-        _mlp, _batches(STEPS, (6, 8), (6, 4)), between=change, min_replays=8
-    )
-    assert fn.traced_calls >= 7  # the first capture, then two per change
-
-
-def test_gradient_accumulation_over_four_micro_steps():
-    def build():
-        model = torch.nn.Sequential(
-            torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4)
-        ).to(DEV)
-        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.5)
-
-        def micro_step(x, y):
-            loss = F.mse_loss(model(x), y) / 4
-            loss.backward()
-            return loss
-
-        return model, opt, micro_step
-
-    def optimizer_every_fourth(i: int, objects: Any) -> None:
-        if i % 4 == 3:
-            objects[1].step()
-            objects[1].zero_grad()
-
-    _assert_replays_like_traced(
-        build, _batches(4 * 8, (6, 8), (6, 4)), between=optimizer_every_fourth, min_replays=8
-    )
-
-
-def test_gradient_accumulation_inside_the_step():
-    def build():
-        model = torch.nn.Sequential(
-            torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4)
-        ).to(DEV)
-        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.5)
-
-        def step(x, y):
-            opt.zero_grad()
-            for k in range(4):
-                (F.mse_loss(model(x[k]), y[k]) / 4).backward()
-            opt.step()
-            return model[0].weight.grad.sum()
-
-        return model, opt, step
-
-    _assert_replays_like_traced(build, _batches(STEPS, (4, 6, 8), (4, 6, 4)))
 
 
 def _replayed_mlp():
     torch.manual_seed(0)
-    model, opt, step = _mlp()
+    model, opt, step = mlp()
     fn = lazyfuse.compile(replay=True)(step)
-    batches = [(x.to(DEV), y.to(DEV)) for x, y in _batches(8, (6, 8), (6, 4))]
+    batches = [(x.to(DEV), y.to(DEV)) for x, y in make_batches(8, (6, 8), (6, 4))]
     for x, y in batches[:3]:
         fn(x, y)
     assert fn.replayed_calls == 0 and fn.traced_calls == 3
@@ -384,7 +125,7 @@ def test_a_grad_mode_change_traces_again(mode: str):
 
 
 def test_a_changed_value_no_guard_sees_is_caught_by_the_periodic_check():
-    model, opt, step = _mlp()
+    model, opt, step = mlp()
     scale = {"value": 1.0}
 
     def scaled_step(x, y):
@@ -395,7 +136,7 @@ def test_a_changed_value_no_guard_sees_is_caught_by_the_periodic_check():
         return loss
 
     fn = lazyfuse.compile(scaled_step, replay=True, check_every=4)
-    batches = [(x.to(DEV), y.to(DEV)) for x, y in _batches(12, (6, 8), (6, 4))]
+    batches = [(x.to(DEV), y.to(DEV)) for x, y in make_batches(12, (6, 8), (6, 4))]
     for x, y in batches[:6]:
         fn(x, y)
     assert fn.replayed_calls == 3 and fn.traced_calls == 3  # momentum buffers made on call 1
@@ -410,7 +151,7 @@ def test_a_changed_value_no_guard_sees_is_caught_by_the_periodic_check():
 
 
 def test_a_step_that_reads_a_value_midway_is_not_replayed():
-    model, opt, step = _mlp()
+    model, opt, step = mlp()
 
     def step_with_item(x, y):
         loss = step(x, y)
@@ -418,7 +159,7 @@ def test_a_step_that_reads_a_value_midway_is_not_replayed():
 
     fn = lazyfuse.compile(step_with_item, replay=True)
     with pytest.warns(UserWarning, match="ran 2 graphs"):
-        for x, y in _batches(6, (6, 8), (6, 4)):
+        for x, y in make_batches(6, (6, 8), (6, 4)):
             assert isinstance(fn(x.to(DEV), y.to(DEV)), float)
     assert fn.replayed_calls == 0
 
@@ -446,56 +187,6 @@ def test_dropout_draws_fresh_numbers_on_every_replay():
     assert all(torch.equal(traced(x).cpu(), m) for m in masks)
 
 
-def _float16_with_grad_scaler(scaler_class: type) -> Build:
-    def build():
-        model = torch.nn.Sequential(
-            torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)
-        ).to(DEV)
-        opt = torch.optim.Adam(
-            model.parameters(), lr=torch.tensor(1e-2, device=DEV), capturable=True
-        )
-        scaler = scaler_class("lazy", init_scale=2.0**10, growth_interval=3)
-        model.scaler = scaler  # type: ignore[assignment]  # so the test can read its scale
-
-        def step(x, y):
-            opt.zero_grad()
-            with lazyfuse.autocast(dtype=torch.float16):
-                loss = F.mse_loss(model(x), y)
-            scaler.scale(loss).backward()
-            scaler.step(opt)
-            scaler.update()
-            return loss
-
-        return model, opt, step
-
-    return build
-
-
-def _batches_with_infs() -> list:
-    batches = _batches(STEPS, (6, 8), (6, 4))
-    for i in (5, 12):  # overflowing steps: skipped, and the scale backs off
-        batches[i] = (batches[i][0] * float("inf"), batches[i][1])
-    return batches
-
-
-def test_float16_step_with_grad_scaler_replays_bit_identical():
-    _assert_replays_like_traced(
-        _float16_with_grad_scaler(lazyfuse.amp.GradScaler), _batches_with_infs(), min_replays=15
-    )
-
-
-def test_lazyfuse_grad_scaler_gives_torch_grad_scaler_values():
-    batches = _batches_with_infs()
-    torch_losses, torch_state, _, _ = _run(
-        _float16_with_grad_scaler(torch.amp.GradScaler), batches, False
-    )
-    losses, state, _, _ = _run(_float16_with_grad_scaler(lazyfuse.amp.GradScaler), batches, False)
-    for a, b in zip(torch_losses, losses, strict=True):
-        assert torch.equal(a, b) or not torch.isfinite(a).all()
-    for a, b in zip(torch_state, state, strict=True):
-        assert torch.equal(a, b)
-
-
 def test_a_replayed_step_called_while_another_traces_is_part_of_its_graph():
     model = torch.nn.Linear(4, 4).to(DEV)
     inner = lazyfuse.compile(lambda x: model(x).relu(), replay=True)
@@ -520,51 +211,6 @@ def test_the_readme_example_runs_and_replays():
     counts = re.search(r"(\d+) calls traced, (\d+) replayed", done.stdout)
     assert counts is not None, done.stdout
     assert int(counts[2]) >= 190 and int(counts[1]) + int(counts[2]) == 200
-
-
-@pytest.mark.parametrize("kind", ["gpt2", "llama"])
-def test_hugging_face_models_replay_bit_identical(kind: str):
-    transformers = pytest.importorskip("transformers", reason="scripts/setup_env.sh installs it")
-
-    def build():
-        if kind == "gpt2":
-            config = transformers.GPT2Config(
-                n_layer=2, n_embd=32, n_head=2, vocab_size=100, n_positions=16
-            )
-            model = transformers.GPT2LMHeadModel(config)
-        else:
-            config = transformers.LlamaConfig(
-                num_hidden_layers=2,
-                hidden_size=32,
-                intermediate_size=64,
-                num_attention_heads=2,
-                num_key_value_heads=1,
-                vocab_size=100,
-                max_position_embeddings=16,
-            )
-            model = transformers.LlamaForCausalLM(config)
-        model = model.to(DEV)
-        opt = torch.optim.AdamW(
-            model.parameters(), lr=torch.tensor(1e-3, device=DEV), capturable=True
-        )
-
-        def step(ids, labels):
-            opt.zero_grad()
-            loss = model(input_ids=ids, labels=labels).loss
-            loss.backward()
-            opt.step()
-            return loss
-
-        return model, opt, step
-
-    gen = torch.Generator().manual_seed(1)
-    batches = []
-    for _ in range(8):
-        ids = torch.randint(0, 100, (2, 12), generator=gen)
-        batches.append((ids, ids))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # transformers' own notices
-        _assert_replays_like_traced(build, batches, min_replays=5)
 
 
 def test_a_tensor_the_step_stores_follows_replays_across_checks():
