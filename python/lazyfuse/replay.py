@@ -14,6 +14,8 @@ from __future__ import annotations
 import atexit
 import functools
 import gc
+import os
+import sys
 import threading
 import warnings
 import weakref
@@ -28,6 +30,9 @@ from lazyfuse import _C
 __all__ = ["ReplayedStep"]
 
 _DONE, _INPUT_PENDING = 0, 1
+# LAZYFUSE_DEBUG=1 prints each capture's outcome and each call traced instead
+# of replayed, with why; 2 also each replayed call.
+_DEBUG = int(os.environ.get("LAZYFUSE_DEBUG", "0") or 0)
 
 # How many replays run between two traced checks. A check costs one traced
 # step, so 1 in 100 keeps the host cost within 1-2% of pure replay, while a
@@ -187,6 +192,10 @@ class ReplayedStep:
         self._label = f"lazyfuse.compile({getattr(fn, '__qualname__', fn)!r}, replay=True)"
         self.reset()
 
+    def _log(self, level: int, message: str) -> None:
+        if _DEBUG >= level:
+            print(f"lazyfuse: {self._label}: {message}", file=sys.stderr, flush=True)
+
     def reset(self) -> None:
         """Drops the capture: the next calls trace and capture again."""
         self._record: Any = None  # the capture replays run
@@ -209,14 +218,17 @@ class ReplayedStep:
         leaves, spec = pytree.tree_flatten((args, kwargs))
         tensors = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
         key = (spec, tuple(None if isinstance(x, torch.Tensor) else x for x in leaves))
-        if self._record is not None and self._since_check < self.check_every:
-            if _same(self._guards, (key, _process_state())) and _same(
+        if self._record is not None:
+            if self._since_check >= self.check_every:
+                self.last_reason = f"the periodic check (every {self.check_every} replays)"
+            elif _same(self._guards, (key, _process_state())) and _same(
                 self._hyper, _hyperparameters(self._optimizers)
             ):
                 returned = self._replay(tensors)
                 if returned is not None:
                     self._since_check += 1
                     self.replayed_calls += 1
+                    self._log(2, "replayed")
                     out_spec, constants = self._outputs
                     it = iter(returned)
                     return pytree.tree_unflatten(
@@ -224,6 +236,7 @@ class ReplayedStep:
                     )
             else:
                 self.last_reason = "a guard changed (arguments, modes or hyperparameters)"
+            self._log(1, f"traced: {self.last_reason}")
         return self._trace(args, kwargs, tensors, key)
 
     def _replay(self, tensors: list[torch.Tensor]) -> list[torch.Tensor] | None:
@@ -320,6 +333,7 @@ class ReplayedStep:
                 why = "the calls returned different Python values or structures"
         checked = self._record is not None and self._since_check >= self.check_every
         self._outputs = outputs
+        self._log(1, f"captured; {'replays from the next call' if not why else why}")
         if not why:
             self._record, self._candidate = record, None
             self._guards, self._optimizers = guards, optimizers

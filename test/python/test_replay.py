@@ -230,3 +230,16 @@ def test_a_tensor_the_step_stores_follows_replays_across_checks():
             out = fn(x)
             torch.testing.assert_close(kept["last"].cpu(), out.cpu() * 2)
     assert fn.replayed_calls >= 9
+
+
+def test_debug_level_one_says_why_a_call_was_traced(monkeypatch, capsys):
+    monkeypatch.setattr(lazyfuse.replay, "_DEBUG", 1)
+    model = torch.nn.Linear(4, 4).to(DEV)
+    fn = lazyfuse.compile(lambda x: model(x).sum(), replay=True, check_every=2)
+    for rows in (2, 2, 2, 2, 2, 3):
+        fn(torch.ones(rows, 4, device=DEV))
+    err = capsys.readouterr().err
+    assert "captured; replays from the next call" in err
+    assert "traced: the periodic check (every 2 replays)" in err
+    assert "traced: tensor argument 0 changed its metadata" in err
+    assert "replayed" not in err.replace("replay=True", "").replace("replays", "")
