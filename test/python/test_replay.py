@@ -243,3 +243,25 @@ def test_debug_level_one_says_why_a_call_was_traced(monkeypatch, capsys):
     assert "traced: the periodic check (every 2 replays)" in err
     assert "traced: tensor argument 0 changed its metadata" in err
     assert "replayed" not in err.replace("replay=True", "").replace("replays", "")
+
+
+@pytest.mark.parametrize("assign", [False, True])
+def test_load_state_dict_is_seen_by_the_next_call(assign: bool):
+    model = torch.nn.Linear(4, 3).to(DEV)
+    fn = lazyfuse.compile(lambda x: model(x) * 2, replay=True)
+    x = torch.randn(2, 4)
+    for _ in range(3):
+        fn(x.to(DEV))
+    assert fn.replayed_calls == 1
+    other = torch.nn.Linear(4, 3)
+    expected = (other(x) * 2).detach()
+    # assign=True keeps the loaded tensors' device: load lazy ones.
+    state = {k: v.to(DEV) for k, v in other.state_dict().items()} if assign else other.state_dict()
+    model.load_state_dict(state, assign=assign)
+    torch.testing.assert_close(fn(x.to(DEV)).cpu(), expected)
+    # Either way the parameters are swapped (lazyfuse turns on PyTorch's
+    # swap-on-conversion, which load_state_dict follows): traced, captured again.
+    assert fn.traced_calls == 3 and fn.replayed_calls == 1
+    for _ in range(2):
+        torch.testing.assert_close(fn(x.to(DEV)).cpu(), expected)
+    assert fn.replayed_calls == 2
