@@ -84,8 +84,7 @@ bool SameValue(const torch::lazy::BackendDataPtr& a, const torch::lazy::BackendD
          at::allclose(x, y_here, /*rtol=*/0, /*atol=*/0, /*equal_nan=*/true);
 }
 
-RecordedInput ClassifyInput(const torch::lazy::BackendDataPtr& data) {
-  const Capture& capture = t_capture;
+RecordedInput ClassifyInput(const Capture& capture, const torch::lazy::BackendDataPtr& data) {
   const DataKey key = data.get();
   RecordedInput input;
   input.shape = data->shape();
@@ -145,17 +144,6 @@ std::string DescribeArgument(const RecordedArgument& argument) {
 }
 
 }  // namespace
-
-torch::lazy::LazyTensorPtr LazyTensorUnder(const at::Tensor& tensor) {
-  if (!tensor.defined()) {
-    return nullptr;
-  }
-  if (at::functionalization::impl::isFunctionalTensor(tensor)) {
-    return torch::lazy::TryGetLtcTensor(
-        at::functionalization::impl::from_functional_tensor(tensor));
-  }
-  return torch::lazy::TryGetLtcTensor(tensor);
-}
 
 torch::lazy::LazyTensorPtr LazyStorageBase(const at::Tensor& tensor) {
   if (!tensor.defined() || !at::functionalization::impl::isFunctionalTensor(tensor)) {
@@ -279,7 +267,7 @@ void BeginCapture(const std::vector<at::Tensor>& arguments, const std::vector<at
     meta.sizes = argument.sizes().vec();
     meta.device = argument.device();
     t_capture.argument_impls.emplace(argument.unsafeGetTensorImpl(), k);
-    if (torch::lazy::LazyTensorPtr lazy = LazyTensorUnder(argument)) {
+    if (torch::lazy::LazyTensorPtr lazy = torch::lazy::TryGetLtcTensor(argument)) {
       meta.lazy = true;
       if (torch::lazy::BackendDataPtr data = lazy->CurrentDataHandle()) {
         Hold(data);
@@ -296,7 +284,7 @@ void BeginCapture(const std::vector<at::Tensor>& arguments, const std::vector<at
     t_capture.live_before.insert(tensor.unsafeGetTensorImpl());
     // A view is read through its base: binding the view itself would read a
     // value functionalization may be about to regenerate.
-    torch::lazy::LazyTensorPtr lazy = LazyTensorUnder(tensor);
+    torch::lazy::LazyTensorPtr lazy = torch::lazy::TryGetLtcTensor(tensor);
     torch::lazy::BackendDataPtr data = lazy ? lazy->CurrentDataHandle() : nullptr;
     if (data != nullptr) {
       Hold(data);
@@ -335,25 +323,24 @@ std::shared_ptr<StepRecord> EndCapture(const std::vector<at::Tensor>& live,
   record->hash = capture.hash;
   record->computation = capture.computation;
   record->device = capture.device;
-  t_capture = std::move(capture);  // ClassifyInput reads it
-  for (const auto& data : t_capture.graph_arguments) {
-    record->inputs.push_back(ClassifyInput(data));
+  for (const auto& data : capture.graph_arguments) {
+    record->inputs.push_back(ClassifyInput(capture, data));
   }
-  record->seeds = t_capture.seeds.size();
-  const std::unordered_map<DataKey, size_t>& result_index = t_capture.synced;
+  record->seeds = capture.seeds.size();
+  const std::unordered_map<DataKey, size_t>& result_index = capture.synced;
   std::unordered_set<const c10::TensorImpl*> returned_new;
   for (const at::Tensor& tensor : returned) {
     RecordedReturn entry;
-    torch::lazy::LazyTensorPtr lazy = LazyTensorUnder(tensor);
+    torch::lazy::LazyTensorPtr lazy = torch::lazy::TryGetLtcTensor(tensor);
     torch::lazy::BackendDataPtr data = lazy ? lazy->CurrentDataHandle() : nullptr;
-    auto argument = t_capture.argument_impls.find(tensor.unsafeGetTensorImpl());
+    auto argument = capture.argument_impls.find(tensor.unsafeGetTensorImpl());
     if (data != nullptr && result_index.count(data.get()) != 0) {
       entry.kind = RecordedReturn::Kind::kResult;
       entry.index = result_index.at(data.get());
-      if (t_capture.live_before.count(tensor.unsafeGetTensorImpl()) == 0) {
+      if (capture.live_before.count(tensor.unsafeGetTensorImpl()) == 0) {
         returned_new.insert(tensor.unsafeGetTensorImpl());
       }
-    } else if (argument != t_capture.argument_impls.end()) {
+    } else if (argument != capture.argument_impls.end()) {
       entry.kind = RecordedReturn::Kind::kArgument;
       entry.index = argument->second;
     } else {
@@ -366,7 +353,7 @@ std::shared_ptr<StepRecord> EndCapture(const std::vector<at::Tensor>& live,
   std::unordered_set<const c10::TensorImpl*> written;
   for (const at::Tensor& tensor : live) {
     const c10::TensorImpl* impl = tensor.unsafeGetTensorImpl();
-    torch::lazy::LazyTensorPtr lazy = LazyTensorUnder(tensor);
+    torch::lazy::LazyTensorPtr lazy = torch::lazy::TryGetLtcTensor(tensor);
     torch::lazy::BackendDataPtr data = lazy ? lazy->CurrentDataHandle() : nullptr;
     auto result = data ? result_index.find(data.get()) : result_index.end();
     if (result == result_index.end() || returned_new.count(impl) != 0 ||
@@ -376,7 +363,7 @@ std::shared_ptr<StepRecord> EndCapture(const std::vector<at::Tensor>& live,
     RecordedWrite write;
     write.result = result->second;
     write.target = WeakTensor(tensor.getIntrusivePtr());
-    write.made_in_call = t_capture.live_before.count(impl) == 0;
+    write.made_in_call = capture.live_before.count(impl) == 0;
     torch::lazy::LazyTensorPtr base = LazyStorageBase(tensor);
     torch::lazy::BackendDataPtr base_data = base ? base->CurrentDataHandle() : nullptr;
     if (base_data != nullptr && base_data != data && result_index.count(base_data.get()) != 0) {
@@ -402,7 +389,6 @@ std::shared_ptr<StepRecord> EndCapture(const std::vector<at::Tensor>& live,
     return std::make_tuple(a.result, a.made_in_call, a.target._unsafe_get_target()) <
            std::make_tuple(b.result, b.made_in_call, b.target._unsafe_get_target());
   });
-  t_capture = Capture();
   return record;
 }
 

@@ -27,7 +27,7 @@ bool ArgumentMatches(const RecordedArgument& recorded, const at::Tensor& argumen
     return false;
   }
   if (recorded.lazy) {
-    return LazyTensorUnder(argument) != nullptr;
+    return torch::lazy::TryGetLtcTensor(argument) != nullptr;
   }
   return argument.device() == recorded.device &&
          argument.strides() == c10::IntArrayRef(recorded.strides);
@@ -39,7 +39,8 @@ torch::lazy::BackendDataPtr DataOf(const at::Tensor& tensor, bool* pending, bool
   if (at::functionalization::impl::isFunctionalTensor(tensor)) {
     at::functionalization::impl::sync(tensor);
   }
-  torch::lazy::LazyTensorPtr lazy = via_base ? LazyStorageBase(tensor) : LazyTensorUnder(tensor);
+  torch::lazy::LazyTensorPtr lazy =
+      via_base ? LazyStorageBase(tensor) : torch::lazy::TryGetLtcTensor(tensor);
   if (lazy == nullptr) {
     return nullptr;
   }
@@ -66,7 +67,7 @@ at::Tensor GradOf(const WeakTensor& parameter) {
 void SetValue(const at::Tensor& target,
               const RecordedWrite& write,
               const std::vector<torch::lazy::BackendDataPtr>& results) {
-  LazyTensorUnder(target)->SetDataHandle(results.at(write.result));
+  torch::lazy::TryGetLtcTensor(target)->SetDataHandle(results.at(write.result));
   if (write.base_result) {
     if (torch::lazy::LazyTensorPtr base = LazyStorageBase(target)) {
       base->SetDataHandle(results.at(*write.base_result));

@@ -165,7 +165,4 @@ struct ReplayOutcome {
 // changes nothing. kInputPending: an input has pending IR (sync, then retry).
 ReplayOutcome Replay(const StepRecord& record, const std::vector<at::Tensor>& arguments);
 
-// The lazy tensor under a (functional) tensor, or null for any other tensor.
-torch::lazy::LazyTensorPtr LazyTensorUnder(const at::Tensor& tensor);
-
 }  // namespace lazyfuse

@@ -86,7 +86,7 @@ at::Tensor LazyNativeFunctions::_to_copy(const at::Tensor& self,
     // The backend copies the data; only a dtype or layout change happens here.
     at::Tensor lazy = LazyFromHost(self.to(options.device(self.device()), non_blocking), device);
     if (Capturing()) {
-      NoteTransfer(LazyTensorUnder(lazy)->CurrentDataHandle(), self);
+      NoteTransfer(torch::lazy::TryGetLtcTensor(lazy)->CurrentDataHandle(), self);
     }
     return lazy;
   }
@@ -195,7 +195,7 @@ at::Tensor LazyNativeFunctions::empty(at::IntArrayRef size,
                 memory_format);
   at::Tensor lazy = LazyFromHost(host, device);
   if (Capturing()) {
-    NoteUnspecified(LazyTensorUnder(lazy)->CurrentDataHandle());
+    NoteUnspecified(torch::lazy::TryGetLtcTensor(lazy)->CurrentDataHandle());
   }
   return lazy;
 }

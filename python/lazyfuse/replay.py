@@ -105,29 +105,24 @@ def _live_lazy_tensors() -> tuple[list[torch.Tensor], list[torch.optim.Optimizer
     optimizers = []
     schedulers = []
     for obj in gc.get_objects():
-        # type(), not isinstance(): module proxies warn when asked for __class__.
         kind = type(obj)
-        if issubclass(kind, torch.Tensor):
-            if obj.device.type == "lazy":
-                tensors[id(obj)] = obj
+        if _is_lazy_tensor(obj):
+            tensors[id(obj)] = obj
         elif issubclass(kind, torch.optim.Optimizer):
             optimizers.append(obj)
         elif issubclass(kind, _LRScheduler):
             schedulers.append(obj)
-    for tensor in list(tensors.values()):
-        if tensor.is_leaf and tensor.requires_grad:
-            grad = tensor.grad
-            if grad is not None and grad.device.type == "lazy":
-                tensors[id(grad)] = grad
-    return list(tensors.values()), optimizers, schedulers
+    return _with_gradients(list(tensors.values())), optimizers, schedulers
+
+
+def _is_lazy_tensor(obj: object) -> bool:
+    # type(), not isinstance(): module proxies warn when asked for __class__.
+    return issubclass(type(obj), torch.Tensor) and obj.device.type == "lazy"  # type: ignore[attr-defined]
 
 
 def _young_lazy_tensors() -> list[torch.Tensor]:
     return [
-        obj
-        for generation in (0, 1)
-        for obj in gc.get_objects(generation)
-        if issubclass(type(obj), torch.Tensor) and obj.device.type == "lazy"
+        obj for generation in (0, 1) for obj in gc.get_objects(generation) if _is_lazy_tensor(obj)
     ]
 
 
@@ -150,7 +145,9 @@ def _hyperparameters(optimizers: list[torch.optim.Optimizer]) -> list[object]:
                 for key, value in group.items()
                 if key != "params"
             )
-            + (("params", tuple(map(id, group["params"]))),)
+            # The list and its length, not every parameter: this runs on each
+            # call, and a swapped parameter already bumps the structure epoch.
+            + (("params", id(group["params"]), len(group["params"])),)
             for group in optimizer.param_groups
         ]
         for optimizer in optimizers
