@@ -1,7 +1,10 @@
-// native_batch_norm with shapes from its meta kernel. torch's
-// compute_shape_native_batch_norm gives the saved mean and inverse std the
-// default dtype when there are no running stats, so a float64 batch norm
-// saved float32 statistics and its backward failed on mixed dtypes.
+// native_batch_norm and its backward with shapes from their meta kernels.
+// torch's compute_shape_native_batch_norm gives the saved mean and inverse
+// std the default dtype when there are no running stats, so a float64 batch
+// norm saved float32 statistics and its backward failed on mixed dtypes; its
+// compute_shape_native_batch_norm_backward gives the weight and bias
+// gradients the default dtype, so a fused kernel read a float64 gradient as
+// float32.
 
 #include <ATen/Functions.h>
 #include <torch/csrc/lazy/core/metrics.h>
@@ -31,6 +34,16 @@ std::optional<torch::lazy::Value> ValueOf(const std::optional<at::Tensor>& tenso
     return std::nullopt;
   }
   return torch::lazy::GetLtcTensorOrCreateForWrappedNumber(*tensor, device)->GetIrValue();
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> ThreeResults(
+    const torch::lazy::NodePtr& node, const torch::lazy::BackendDevice& device) {
+  std::vector<at::Tensor> results;
+  for (size_t i = 0; i < 3; ++i) {
+    results.push_back(torch::lazy::CreateAtenFromLtcTensor(
+        torch::lazy::LazyTensor::Create(torch::lazy::Value(node, i), device)));
+  }
+  return {results[0], results[1], results[2]};
 }
 
 }  // namespace
@@ -85,12 +98,89 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> LazyNativeFunctions::native_batch
                                                   std::move(shapes));
     torch::lazy::CacheNode(node);
   }
-  std::vector<at::Tensor> results;
-  for (size_t i = 0; i < 3; ++i) {
-    results.push_back(torch::lazy::CreateAtenFromLtcTensor(
-        torch::lazy::LazyTensor::Create(torch::lazy::Value(node, i), *device)));
+  return ThreeResults(node, *device);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> LazyNativeFunctions::native_batch_norm_backward(
+    const at::Tensor& grad_out,
+    const at::Tensor& input,
+    const std::optional<at::Tensor>& weight,
+    const std::optional<at::Tensor>& running_mean,
+    const std::optional<at::Tensor>& running_var,
+    const std::optional<at::Tensor>& save_mean,
+    const std::optional<at::Tensor>& save_invstd,
+    bool train,
+    double eps,
+    std::array<bool, 3> output_mask) {
+  TORCH_LAZY_FN_COUNTER("lazy::");
+  constexpr const char* kOp = "aten::native_batch_norm_backward";
+  CheckOnLazyDevice(kOp, "grad_out", grad_out);
+  CheckOnLazyDevice(kOp, "input", input);
+  CheckOnLazyDevice(kOp, "weight", weight);
+  CheckOnLazyDevice(kOp, "running_mean", running_mean);
+  CheckOnLazyDevice(kOp, "running_var", running_var);
+  CheckOnLazyDevice(kOp, "save_mean", save_mean);
+  CheckOnLazyDevice(kOp, "save_invstd", save_invstd);
+  const auto device = torch::lazy::GetBackendDevice(grad_out, input);
+  TORCH_INTERNAL_ASSERT(device);
+  const auto value = [&](const at::Tensor& tensor) {
+    return torch::lazy::GetLtcTensorOrCreateForWrappedNumber(tensor, *device)->GetIrValue();
+  };
+  const std::vector<bool> mask(output_mask.begin(), output_mask.end());
+  const torch::lazy::Value grad_value = value(grad_out);
+  const torch::lazy::Value input_value = value(input);
+  const auto weight_value = ValueOf(weight, *device);
+  const auto mean_value = ValueOf(running_mean, *device);
+  const auto var_value = ValueOf(running_var, *device);
+  const auto save_mean_value = ValueOf(save_mean, *device);
+  const auto save_invstd_value = ValueOf(save_invstd, *device);
+  torch::lazy::NodePtr node = torch::lazy::ReuseNode<NativeBatchNormBackward>(grad_value,
+                                                                              input_value,
+                                                                              weight_value,
+                                                                              mean_value,
+                                                                              var_value,
+                                                                              save_mean_value,
+                                                                              save_invstd_value,
+                                                                              train,
+                                                                              eps,
+                                                                              mask);
+  if (!node) {
+    const auto results = at::native_batch_norm_backward(OnMeta(grad_out),
+                                                        OnMeta(input),
+                                                        OnMeta(weight),
+                                                        OnMeta(running_mean),
+                                                        OnMeta(running_var),
+                                                        OnMeta(save_mean),
+                                                        OnMeta(save_invstd),
+                                                        train,
+                                                        eps,
+                                                        output_mask);
+    // A masked-out gradient is undefined in ATen; its node output still
+    // needs a shape: the weight's, per channel.
+    const at::ScalarType affine =
+        weight.has_value() && weight->defined() ? weight->scalar_type() : input.scalar_type();
+    const std::vector<int64_t> channels{input.dim() > 1 ? input.size(1) : 1};
+    std::vector<torch::lazy::Shape> shapes{
+        torch::lazy::Shape(input.scalar_type(), input.sizes().vec())};
+    for (const at::Tensor& result : {std::get<1>(results), std::get<2>(results)}) {
+      shapes.push_back(result.defined()
+                           ? torch::lazy::Shape(result.scalar_type(), result.sizes().vec())
+                           : torch::lazy::Shape(affine, channels));
+    }
+    node = torch::lazy::MakeNode<NativeBatchNormBackward>(grad_value,
+                                                          input_value,
+                                                          weight_value,
+                                                          mean_value,
+                                                          var_value,
+                                                          save_mean_value,
+                                                          save_invstd_value,
+                                                          train,
+                                                          eps,
+                                                          mask,
+                                                          std::move(shapes));
+    torch::lazy::CacheNode(node);
   }
-  return {results[0], results[1], results[2]};
+  return ThreeResults(node, *device);
 }
 
 }  // namespace lazyfuse
