@@ -35,6 +35,13 @@ ENGINES: list[EngineSpec] = [
         env={"LAZYFUSE_DEVICE": "cpu", "LAZYFUSE_CACHE_DIR": "0"},  # NVRTC dry run compiles
     ),
     EngineSpec(
+        "lazyfuse-aten-cpu",
+        "lazyfuse",
+        "cpu",
+        env={"LAZYFUSE_DEVICE": "cpu", "LAZYFUSE_CACHE_DIR": "0", "LAZYFUSE_CPU_KERNELS": "0"},
+        note="every step its own ATen call: no CPU kernels",
+    ),
+    EngineSpec(
         "lazyfuse-replay-cpu",
         "lazyfuse",
         "cpu",

@@ -38,7 +38,9 @@ def layer_norm(x: torch.Tensor) -> torch.Tensor:
     return F.layer_norm(x, (x.shape[-1],))
 
 
-WORKLOADS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+Workload = Callable[[torch.Tensor], torch.Tensor]
+
+WORKLOADS: dict[str, Workload] = {
     "pointwise x1": chain(1),
     "pointwise x4": chain(4),
     "pointwise x16": chain(16),
@@ -69,8 +71,13 @@ def shape_for(name: str, numel: int) -> tuple[int, ...]:
 
 
 def time_engines(
-    fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, reps: int
+    fn: Workload,
+    x: torch.Tensor,
+    timer: Callable[[Callable[[], object]], float],
+    lazy_variants: dict[str, dict[str, object]] | None = None,
 ) -> dict[str, float]:
+    """Seconds per call of eager, torch.compile and lazyfuse, each timed by
+    `timer`; then lazyfuse again under each variant's kernel settings."""
     import lazyfuse
 
     x_lazy = x.to(lazyfuse.lazy_device())
@@ -85,11 +92,15 @@ def time_engines(
         outputs[:] = [fn(x_lazy)]
         lazyfuse.mark_step()
 
-    return {
-        "eager": time_cuda(lambda: fn(x), reps),
-        "torch.compile": time_cuda(lambda: compiled(x), reps),
-        "lazyfuse": time_cuda(run_lazy, reps),
+    times = {
+        "eager": timer(lambda: fn(x)),
+        "torch.compile": timer(lambda: compiled(x)),
+        "lazyfuse": timer(run_lazy),
     }
+    for name, changes in (lazy_variants or {}).items():
+        with lazyfuse.config.kernel_settings_as(**changes):
+            times[name] = timer(run_lazy)
+    return times
 
 
 def copy_gbs(numel: int, reps: int) -> float:
@@ -98,13 +109,20 @@ def copy_gbs(numel: int, reps: int) -> float:
     return 2 * numel * 4 / time_cuda(lambda: dst.copy_(src), reps) / 1e9
 
 
-def bench_kernels(max_log2: int, reps: int) -> list[dict[str, object]]:
+def sweep(
+    max_log2: int,
+    device: str,
+    time_engines: Callable[[Workload, torch.Tensor], dict[str, float]],
+    copy_gbs: Callable[[int], float],
+) -> list[dict[str, object]]:
+    """Every workload at 2^12 to 2^max_log2 elements on `device`, timed by
+    `time_engines`, with GB/s and that as a % of `copy_gbs` at the size."""
     rows = []
     for log2 in range(12, max_log2 + 1, 2):
         numel = 1 << log2
-        copy = copy_gbs(numel, reps)
+        copy = copy_gbs(numel)
         for name, fn in WORKLOADS.items():
-            times = time_engines(fn, torch.randn(shape_for(name, numel), device="cuda"), reps)
+            times = time_engines(fn, torch.randn(shape_for(name, numel), device=device))
             for engine, seconds in times.items():
                 gbs = 2 * numel * 4 / seconds / 1e9
                 row = {
@@ -119,6 +137,28 @@ def bench_kernels(max_log2: int, reps: int) -> list[dict[str, object]]:
                 # As measured, so a run cut short still reports what it took.
                 print(json.dumps(row), flush=True)
     return rows
+
+
+def bench_kernels(max_log2: int, reps: int) -> list[dict[str, object]]:
+    return sweep(
+        max_log2,
+        "cuda",
+        lambda fn, x: time_engines(fn, x, lambda f: time_cuda(f, reps)),
+        lambda numel: copy_gbs(numel, reps),
+    )
+
+
+def kernel_table(kernels: list[dict[str, object]]) -> list[str]:
+    lines = [
+        "| workload | elements | engine | µs | GB/s | % of copy |",
+        "|---|---:|---|---:|---:|---:|",
+    ]
+    for r in kernels:
+        lines.append(
+            f"| {r['workload']} | 2^{int(r['numel']).bit_length() - 1} | {r['engine']} "
+            f"| {r['us']:.1f} | {r['GB/s']:.1f} | {r['% of copy']:.0f}% |"
+        )
+    return lines
 
 
 def count_kernels(step: Callable[[], None]) -> int:
@@ -183,15 +223,7 @@ def launches_per_step(
 
 
 def markdown(kernels: list[dict[str, object]], launches: list[dict[str, object]]) -> str:
-    lines = [
-        "| workload | elements | engine | µs | GB/s | % of copy |",
-        "|---|---:|---|---:|---:|---:|",
-    ]
-    for r in kernels:
-        lines.append(
-            f"| {r['workload']} | 2^{int(r['numel']).bit_length() - 1} | {r['engine']} "
-            f"| {r['us']:.1f} | {r['GB/s']:.0f} | {r['% of copy']:.0f}% |"
-        )
+    lines = kernel_table(kernels)
     lines += ["", "| model | eager kernels/step | lazyfuse kernels/step |", "|---|---:|---:|"]
     for r in launches:
         lines.append(f"| {r['model']} | {r['eager']} | {r['lazyfuse']} |")

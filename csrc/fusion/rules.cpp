@@ -34,9 +34,17 @@ const std::unordered_map<std::string, Entry>& PointwiseTable() {
   static const auto* table = new std::unordered_map<std::string, Entry>{
       // arithmetic
       {"aten::add.Tensor",
-       {"$0 + $2 * $1", TypeFrom::kOutput, false, Bit(2), ScalarOperands::kFullPrecisionOnCuda}},
+       {"$0 + lf_inner$S(lf_inner$S($2) * $1)",
+        TypeFrom::kOutput,
+        false,
+        Bit(2),
+        ScalarOperands::kFullPrecisionOnCuda}},
       {"aten::sub.Tensor",
-       {"$0 - $2 * $1", TypeFrom::kOutput, false, Bit(2), ScalarOperands::kFullPrecisionOnCuda}},
+       {"$0 - lf_inner$S(lf_inner$S($2) * $1)",
+        TypeFrom::kOutput,
+        false,
+        Bit(2),
+        ScalarOperands::kFullPrecisionOnCuda}},
       {"aten::mul.Tensor",
        {"$0 * $1", TypeFrom::kOutput, false, 0, ScalarOperands::kFullPrecision}},
       {"aten::div.Tensor", {"$0 / $1", TypeFrom::kOutput, true, 0, ScalarOperands::kFullPrecision}},
@@ -273,7 +281,7 @@ std::optional<PointwiseRule> PointwiseRuleFor(const Step& step, const Program& p
       return std::nullopt;
     }
     const std::string& how = mode->toStringRef();
-    PointwiseRule rule{how == "floor" ? "lf_div_floor($0, $1)" : "lf_trunc($0 / $1)",
+    PointwiseRule rule{how == "floor" ? "lf_div_floor($0, $1)" : "lf_trunc(lf_inner$S($0 / $1))",
                        OpMathType(out)};
     rule.operand_dtype = out;
     rule.scalars = ScalarOperands::kFullPrecision;

@@ -161,6 +161,9 @@ class PointwiseKernel {
   std::string Body() {
     const int64_t numel = ShapeNumel(group_.domain);
     const std::string idx = out_.index64 ? "long long" : "int";
+    if (dialect_.serial_blocks) {
+      return ChunkLoop(numel, idx);
+    }
     out_.vector_width = VectorWidth(numel);
     out_.work_items = out_.vector_width > 1 ? numel / out_.vector_width : numel;
     std::string text;
@@ -183,6 +186,24 @@ class PointwiseKernel {
   }
 
  private:
+  // A block's contiguous chunk of the domain (a multiple of 16 elements, so
+  // chunks start aligned), in one loop the host compiler vectorizes.
+  std::string ChunkLoop(int64_t numel, const std::string& idx) {
+    out_.work_items = numel;
+    const std::string grid = "(" + idx + ")" + dialect_.grid_size;
+    std::string text = "  const " + idx + " n = " + std::to_string(numel) + ";\n";
+    text += "  const " + idx + " chunk = ((n + " + grid + " - 1) / " + grid + " + 15) / 16 * 16;\n";
+    text += "  const " + idx + " first = (" + idx + ")" + dialect_.block_index + " * chunk;\n";
+    text += "  const " + idx + " stop = first + chunk < n ? first + chunk : n;\n";
+    KernelWriter loop(program_, group_, signature_, dialect_, idx);
+    // An output in an input's memory is written at the element it read.
+    loop.Line("#pragma GCC ivdep");
+    loop.Open("for (" + idx + " i = first; i < stop; ++i)");
+    StoreAll(loop, KernelIndex{group_.domain, "i", {}});
+    loop.Close();
+    return text + loop.text();
+  }
+
   // Elements per thread so that the widest buffer moves 16 bytes at a time;
   // 1 when an input is not aligned for it.
   int VectorWidth(int64_t numel) const {
@@ -245,7 +266,7 @@ void CheckGroup(const Program& program,
                 const KernelSignature& signature) {
   TORCH_CHECK(group.in_place.size() == group.outputs.size(),
               "lazyfuse: kernel codegen: a group without its in-place plan");
-  TORCH_CHECK(signature.block_limit == 0 ||
+  TORCH_CHECK(signature.block_limit == 0 || signature.block_limit == 1 ||
                   (signature.block_limit >= 32 && signature.block_limit % 32 == 0),
               "lazyfuse: kernel codegen: a block limit of ",
               signature.block_limit,
@@ -359,7 +380,9 @@ KernelSource GenerateKernel(const Program& program,
   for (size_t s : group.steps) {
     out.ops.push_back(program.steps[s].qualified_op());
   }
-  out.index64 = NeedsIndex64(program, group, signature);
+  // Serial blocks index in 64 bits: under -fwrapv a 32-bit index may wrap
+  // before it widens to an address, so loops would gather, not load.
+  out.index64 = dialect.serial_blocks || NeedsIndex64(program, group, signature);
   const std::string body = group.kind == GroupKind::kPointwise
                                ? PointwiseKernel(program, group, signature, dialect, out).Body()
                                : ReductionKernelBody(program, group, signature, dialect, out);

@@ -21,6 +21,8 @@ typedef unsigned short lf_bf16;
 #define LF_HALF_POW_ROOTS_AS_POW 0
 // CUDA eager's maximum and relu are fmaxf: its choice between +0 and -0.
 #define LF_ZERO_TIES_AS_FMAX 1
+// CUDA eager computes add's alpha * other and div's quotient in float.
+#define LF_ROUNDS_INNER_RESULTS 0
 // CUDA eager's add and sub read a CPU scalar at full precision
 // (original_scalar_value), where CPU eager rounds it to a half operand.
 #define LF_HOST_SCALAR_HALF(x) (x)
@@ -69,7 +71,8 @@ template <typename T, typename I> __device__ __forceinline__ T lf_ld_published(c
 )CUDA";
 
 // Written once for every target: each target's prelude defines CUDA's
-// built-ins (__float_as_uint, expf, __shfl_xor_sync, ...) these use.
+// built-ins (__float_as_uint, expf, __shfl_xor_sync, ...) these use. A target
+// whose blocks are one serial thread (LF_SERIAL_BLOCKS) has no block helpers.
 constexpr const char* kCommonHelpers = R"CUDA(
 __device__ __forceinline__ float lf_bf2f(lf_bf16 b) {
   return __uint_as_float(((unsigned int)b) << 16);
@@ -82,6 +85,18 @@ __device__ __forceinline__ lf_bf16 lf_f2bf(float f) {
 }
 __device__ __forceinline__ float lf_round_half(float f) { return lf_h2f(lf_f2h(f)); }
 __device__ __forceinline__ float lf_round_bf16(float f) { return lf_bf2f(lf_f2bf(f)); }
+// An inner result of an op (add's alpha and alpha * other, the quotient
+// div(rounding_mode="trunc") truncates): CPU eager computes it in half or
+// bfloat16 (c10::Half arithmetic, Vectorized<Half>), rounding it, where
+// CUDA eager keeps float. LF_ROUNDS_INNER_RESULTS says which a target follows.
+template <typename T> __device__ __forceinline__ T lf_inner(T x) { return x; }
+#if LF_ROUNDS_INNER_RESULTS
+__device__ __forceinline__ float lf_inner_half(float x) { return lf_round_half(x); }
+__device__ __forceinline__ float lf_inner_bf16(float x) { return lf_round_bf16(x); }
+#else
+__device__ __forceinline__ float lf_inner_half(float x) { return x; }
+__device__ __forceinline__ float lf_inner_bf16(float x) { return x; }
+#endif
 
 #define LF_UNARY(name, ffn, dfn) \
   __device__ __forceinline__ float name(float x) { return ffn(x); } \
@@ -244,6 +259,7 @@ struct lf_min_op {
   }
 };
 
+#ifndef LF_SERIAL_BLOCKS
 // Reduces across the block; every thread gets the result. Warps reduce with
 // shuffles, then one partial per warp goes through shared memory.
 template <typename T, typename Op>
@@ -289,6 +305,7 @@ __device__ __forceinline__ void lf_block_merge(T (&v)[N], T* const (&smem)[N], M
   }
 }
 
+#endif
 // Online softmax statistics: m is a running max, s the sum of exp(x - m).
 // A merge rescales each side by exp(its max - the new max), except a side
 // whose max is -inf and the new max too: exp(-inf - -inf) would be NaN where
@@ -304,6 +321,7 @@ template <typename T> __device__ __forceinline__ void lf_softmax_merge(T& m, T& 
   m = mx;
   s = a + b;
 }
+#ifndef LF_SERIAL_BLOCKS
 template <typename T>
 __device__ __forceinline__ void lf_block_softmax_stats(T& m, T& s, T* smem_m, T* smem_s) {
   T v[2] = {m, s};
@@ -315,6 +333,7 @@ __device__ __forceinline__ void lf_block_softmax_stats(T& m, T& s, T* smem_m, T*
   s = v[1];
 }
 
+#endif
 // Welford's running count n, mean and sum of squared deviations m2, so a row
 // too long for the row cache gives var and layer norm's statistics in one
 // read (of the row less its first element, if finite, so the mean is not
@@ -345,6 +364,7 @@ __device__ __forceinline__ void lf_welford_merge(T& n, T& mean, T& m2, T n2, T m
   mean = (n * mean + n2 * mean2) / total;
   n = total;
 }
+#ifndef LF_SERIAL_BLOCKS
 template <typename T>
 __device__ __forceinline__ void lf_block_welford(T& n, T& mean, T& m2, T* smem_n, T* smem_mean,
                                                  T* smem_m2) {
@@ -357,6 +377,7 @@ __device__ __forceinline__ void lf_block_welford(T& n, T& mean, T& m2, T* smem_n
   mean = v[1];
   m2 = v[2];
 }
+#endif
 )CUDA";
 
 }  // namespace

@@ -22,12 +22,22 @@ struct KernelDialect {
   const char* barrier;
   const char* restrict_qualifier;
   const char* prelude;
+  // A block is one host thread running serial loops (the CPU): pointwise
+  // kernels take a contiguous chunk of the domain per block, reductions whole
+  // rows (or chunks of few long rows); never shared memory, barriers or
+  // shuffles, and one thread per block.
+  bool serial_blocks = false;
 };
 
 const KernelDialect& CudaDialect();
 // CUDA source run on the CPU: the CUDA dialect with a host prelude. Kernel
 // bodies are the CUDA dialect's, character for character.
 const KernelDialect& EmulatedCudaDialect();
+// Host C++ for the CPU: serial blocks, compiled for the machine's ISA.
+const KernelDialect& CpuDialect();
+// What every host-compiled prelude starts with: CUDA's math built-ins and
+// CPU eager's semantics (the emulated and CPU dialects).
+const char* HostKernelBuiltins();
 // The helpers every prelude ends with (math, reductions), target-neutral.
 const char* CommonKernelHelpers();
 

@@ -20,6 +20,7 @@
 
 #include "fusion/rules.h"
 #include "kernels/codegen.h"
+#include "kernels/row_loops.h"
 #include "kernels/row_outputs.h"
 #include "kernels/row_split.h"
 #include "kernels/row_statistics.h"
@@ -51,19 +52,13 @@ class ReductionKernel {
         idx_(out.index64 ? "long long" : "int"),
         w_(program, group, signature, dialect, idx_) {
     const auto& shape = group.domain;
-    std::vector<bool> reduced(shape.size(), false);
-    for (int64_t d : rule_.dims) {
-      reduced[d] = true;
-    }
-    for (size_t d = 0; d < shape.size(); ++d) {
-      (reduced[d] ? reduced_shape_ : kept_shape_).push_back(shape[d]);
-    }
+    SplitDims(shape, rule_.dims, kept_shape_, reduced_shape_);
     rows_ = ShapeNumel(kept_shape_);
     cols_ = ShapeNumel(reduced_shape_);
     // Innermost: the reduced dims are the trailing ones, so a row is contiguous.
     inner_ = !rule_.dims.empty() && rule_.dims.back() == static_cast<int64_t>(shape.size()) - 1 &&
              rule_.dims.front() == static_cast<int64_t>(shape.size() - rule_.dims.size());
-    block_ = inner_ && cols_ >= 32;
+    block_ = inner_ && cols_ >= 32 && !dialect.serial_blocks;
     // Reductions that pass over a row more than once keep it in shared memory
     // when it fits, so global memory (and the prologue) is read once.
     const bool multi_pass =
@@ -109,13 +104,9 @@ class ReductionKernel {
       } else {
         DeclareStatistics();
       }
-      w_.Open("for (" + idx_ + " row = " + dialect_.block_index + "; row < " +
-              std::to_string(rows_) + "; row += " + dialect_.grid_size + ")");
-    } else {
-      w_.Open("for (" + idx_ + " row = (" + idx_ + ")" + dialect_.block_index + " * " +
-              dialect_.block_size + " + " + dialect_.thread_index + "; row < " +
-              std::to_string(rows_) + "; row += (" + idx_ + ")" + dialect_.grid_size + " * " +
-              dialect_.block_size + ")");
+    }
+    if (!split()) {
+      OpenRows(w_, dialect_, idx_, rows_, block_);
     }
     KernelIndex kept{kept_shape_, "row", {}};
     row_dims_ = kept_shape_.empty() ? std::vector<std::string>{} : w_.Dims(kept);
@@ -150,19 +141,7 @@ class ReductionKernel {
               ";");
       return KernelIndex{group_.domain, linear, {}};
     }
-    KernelIndex within{reduced_shape_, col, {}};
-    const auto col_dims = w_.Dims(within);
-    KernelIndex index{group_.domain, "", {}};
-    size_t next_kept = 0;
-    size_t next_reduced = 0;
-    std::vector<bool> reduced(group_.domain.size(), false);
-    for (int64_t d : rule_.dims) {
-      reduced[d] = true;
-    }
-    for (size_t d = 0; d < group_.domain.size(); ++d) {
-      index.dims.push_back(reduced[d] ? col_dims[next_reduced++] : row_dims_[next_kept++]);
-    }
-    return index;
+    return RowElementIndex(w_, group_.domain, rule_.dims, reduced_shape_, row_dims_, col);
   }
 
   std::string ColumnLoop() const {
@@ -215,8 +194,12 @@ class ReductionKernel {
     if (update) {
       w_.Line(acc_ + " " + acc + " = " + init + ";");
     }
+    const std::string lanes =
+        dialect_.serial_blocks && update ? OpenSerialLanes(w_, acc, combine) : "";
     KernelIndex index = OpenColumns();
-    if (update) {
+    if (!lanes.empty()) {
+      AccumulateInLanes(w_, lanes, acc, combine, Input(index));
+    } else if (update) {
       std::string x = Input(index);
       if (row_cache_ && !cache_filled_) {
         // Each thread reads back only the columns it wrote: no barrier.
@@ -229,6 +212,8 @@ class ReductionKernel {
       StoreOutputs(index, /*row_level=*/false);
     }
     CloseColumns();
+    CloseSerialLanes(
+        w_, lanes, acc, acc_, [&] { return Input(OpenColumns()); }, [&] { CloseColumns(); });
     cache_filled_ = cache_filled_ || (row_cache_ && update);
     if (block_ && combine != nullptr) {
       w_.Line(acc + " = lf_block_reduce(" + acc + ", " + combine + "(), lf_smem);");
@@ -384,15 +369,22 @@ class ReductionKernel {
         std::string total;
         if (!OnlineSoftmax()) {
           top = Accumulate(neg_inf, max, "lf_max_op", false);
+          keep_exp_ = inner_ && !split() && rule_.kind == ReductionKind::kSoftmax &&
+                      KeepRowExps(w_, dialect_, acc_, cols_);
           auto exp_sum = [&](const std::string& a, const std::string& x) {
-            return a + " + lf_exp(" + x + " - " + top + ")";
+            const std::string e = "lf_exp(" + x + " - " + top + ")";
+            return a + " + " + (keep_exp_ ? "(lf_e[c] = " + e + ")" : e);
           };
           total = Accumulate("0", exp_sum, "lf_sum_op", false);
         } else {
           std::tie(top, total) = OnlineSoftmaxStats(neg_inf);
         }
+        auto kept = [this](const KernelIndex& i) {
+          const bool here = keep_exp_ && !element_linear_.empty() && i.linear == element_linear_;
+          return here ? std::string("lf_e[c]") : std::string();
+        };
         BindSoftmaxOutput(
-            w_, step_, rule_.kind == ReductionKind::kLogSoftmax, top, total, Reader());
+            w_, step_, rule_.kind == ReductionKind::kLogSoftmax, top, total, Reader(), kept);
         ElementLoop();
         break;
       }
@@ -409,7 +401,10 @@ class ReductionKernel {
   // One-pass statistics: for uncached long rows, and for split rows, whose
   // chunks merge nothing else.
   bool OnePass() const {
-    return split_->two_launches() || (!row_cache_ && cols_ >= kOnePassMinColumns);
+    // A serial row is in the CPU's cache for its next pass, where one pass
+    // would pay an exponential or a division per element.
+    return split_->two_launches() ||
+           (!row_cache_ && cols_ >= kOnePassMinColumns && !dialect_.serial_blocks);
   }
   bool OnlineSoftmax() const {
     return OnePass() &&
@@ -481,6 +476,7 @@ class ReductionKernel {
   std::optional<RowVectorLoop> vector_;
   bool row_cache_ = false;      // the row is kept in shared memory lf_row
   bool cache_filled_ = false;   // a loop has filled lf_row
+  bool keep_exp_ = false;       // a softmax row's exponentials are in lf_e
   std::string element_linear_;  // the current loop's element index
   std::string acc_;
   size_t reduction_index_ = 0;

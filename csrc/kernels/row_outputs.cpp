@@ -22,9 +22,14 @@ void BindSoftmaxOutput(KernelWriter& writer,
                        bool log,
                        const std::string& top,
                        const std::string& total,
-                       RowInput input) {
+                       RowInput input,
+                       RowExp kept) {
   const at::ScalarType dtype = writer.program().buffers[step.outputs[0]].dtype;
   writer.BindCustom(step.outputs[0], [=](KernelWriter& w, KernelIndex index) {
+    const std::string exp = kept && !log ? kept(index) : std::string();
+    if (!exp.empty()) {
+      return Rounded(w, dtype, exp + " / " + total);
+    }
     const std::string x = input(std::move(index));
     return Rounded(w,
                    dtype,

@@ -17,13 +17,17 @@ namespace lazyfuse {
 // its row cache when it holds that element).
 using RowInput = std::function<std::string(KernelIndex)>;
 
+// exp(x - top) at an index where the kernel keeps it, else "".
+using RowExp = std::function<std::string(const KernelIndex&)>;
+
 // exp(x - top) / total, or for log_softmax x - top - log(total).
 void BindSoftmaxOutput(KernelWriter& writer,
                        const Step& step,
                        bool log,
                        const std::string& top,
                        const std::string& total,
-                       RowInput input);
+                       RowInput input,
+                       RowExp kept = nullptr);
 
 // (x - mean) * rstd, times the weight and plus the bias when given; `acc` is
 // the accumulator's C type.

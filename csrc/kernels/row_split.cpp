@@ -18,6 +18,9 @@ constexpr int64_t kMostThreadChunksMerged = 64;
 constexpr int64_t kMinBlockChunk = 2048;
 constexpr int64_t kMinThreadChunk = 32;
 constexpr int kThreadBlockSize = 128;
+// Serial blocks (the CPU): enough items for 64 cores, of at least 16K columns.
+constexpr int64_t kSerialTargetItems = 64;
+constexpr int64_t kMinSerialChunk = 16384;
 
 }  // namespace
 
@@ -39,7 +42,12 @@ RowSplit::RowSplit(KernelWriter& writer,
       per_block_(per_block),
       how_(how),
       block_threads_(block_threads) {
-  if (how_ != Splitting::kNever && rows_ > 0) {
+  if (how_ != Splitting::kNever && rows_ > 0 && dialect_.serial_blocks) {
+    // A chunk per core and some to balance, each long enough to pay for its
+    // partial.
+    const int64_t wanted = (kSerialTargetItems + rows_ - 1) / rows_;
+    chunks_ = std::max<int64_t>(1, std::min(wanted, cols_ / kMinSerialChunk));
+  } else if (how_ != Splitting::kNever && rows_ > 0) {
     // Per thread, the target is as many threads as that many blocks hold.
     const int64_t blocks = how_ == Splitting::kOneLaunch ? kTargetBlocks : kTwoLaunchTargetBlocks;
     const int64_t target = per_block_ ? blocks : blocks * kThreadBlockSize;

@@ -16,9 +16,10 @@
 #include "program/compile_log.h"
 #include "program/executor.h"
 #include "program/lowering_context.h"
+#include "runtime/cpu/target.h"
 #include "runtime/cuda/target.h"
 #include "runtime/emulated/target.h"
-#include "runtime/fused_kernel.h"
+#include "runtime/fused_program.h"
 
 namespace lazyfuse {
 namespace {
@@ -115,6 +116,9 @@ std::shared_ptr<KernelTarget> KernelTargetNow() {
     return MakeCudaTarget(BackingDevice());
   }
   const KernelSettings& settings = GetKernelSettings();
+  if (!settings.emulate_cuda) {
+    return MakeCpuTarget();
+  }
   EmulationLimits limits;
   limits.block = settings.emulated_block;
   limits.grid = settings.emulated_grid;

@@ -109,6 +109,8 @@ void InitBackingDeviceFromEnv() {
   settings.emulated_block = IntFromEnv("LAZYFUSE_EMULATE_BLOCK", settings.emulated_block);
   settings.emulated_grid = IntFromEnv("LAZYFUSE_EMULATE_GRID", settings.emulated_grid);
   settings.strict = FlagFromEnv("LAZYFUSE_STRICT_KERNELS");
+  const char* cpu_kernels = std::getenv("LAZYFUSE_CPU_KERNELS");
+  settings.cpu_kernels = cpu_kernels == nullptr || std::string(cpu_kernels) != "0";
   SetKernelSettings(settings);
 }
 
@@ -134,13 +136,15 @@ void SetKernelSettings(const KernelSettings& settings) {
 
 uint64_t KernelSettingsHash() {
   const KernelSettings& s = g_kernel_settings;
-  return (static_cast<uint64_t>(s.emulate_cuda) << 1 | static_cast<uint64_t>(s.strict)) ^
+  return (static_cast<uint64_t>(s.cpu_kernels) << 2 | static_cast<uint64_t>(s.emulate_cuda) << 1 |
+          static_cast<uint64_t>(s.strict)) ^
          (static_cast<uint64_t>(s.emulated_block) << 8) ^
          (static_cast<uint64_t>(s.emulated_grid) << 24);
 }
 
 bool FusedKernelsEnabled() {
-  return FusionEnabled() && (g_backing_device.is_cuda() || g_kernel_settings.emulate_cuda);
+  return FusionEnabled() && (g_backing_device.is_cuda() || g_kernel_settings.emulate_cuda ||
+                             g_kernel_settings.cpu_kernels);
 }
 
 bool FusionEnabled() {

@@ -30,13 +30,16 @@ struct KernelSettings {
   int emulated_block = 32;
   int emulated_grid = 3;
   bool strict = false;
+  // Fused kernels on the CPU backing device as native host code (the CPU
+  // target); emulate_cuda takes precedence. Off when no host compiler exists.
+  bool cpu_kernels = true;
 };
 const KernelSettings& GetKernelSettings();
 void SetKernelSettings(const KernelSettings& settings);
 // Graphs compiled under different settings must not share a cache entry.
 uint64_t KernelSettingsHash();
 // Whether compiled graphs get fused kernels: on the CUDA backing device, or
-// on the CPU with emulation on.
+// on the CPU as native CPU kernels or under CUDA emulation.
 bool FusedKernelsEnabled();
 
 // Buffer donation: at mark_step, a fused kernel may write a result into the

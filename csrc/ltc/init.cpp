@@ -19,6 +19,7 @@
 #include "ops/functionalized_composite.h"
 #include "ops/host_arguments.h"
 #include "program/compile_log.h"
+#include "runtime/host_library.h"
 
 namespace at {
 // Generated into RegisterLazy.cpp by torchgen (backend_name "LazyFuse").
@@ -38,6 +39,12 @@ void InitLazyFuseBackend() {
         "(torch._lazy.ts_backend.init() was called). lazyfuse and the TorchScript lazy backend "
         "cannot share a process; import lazyfuse in a fresh process instead.");
     InitBackingDeviceFromEnv();
+    if (GetKernelSettings().cpu_kernels && !HostCompilerAvailable(nullptr)) {
+      // No compiler: the CPU backing device runs every step as ATen calls.
+      KernelSettings settings = GetKernelSettings();
+      settings.cpu_kernels = false;
+      SetKernelSettings(settings);
+    }
     // LTC's device-data cache hands equal scalars one shared buffer. Graph
     // parameters are deduplicated by buffer, so whether two scalars (a
     // learning rate and a bias correction, say) happen to be equal would

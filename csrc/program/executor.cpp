@@ -58,6 +58,9 @@ ProgramRun StartProgram(std::shared_ptr<const Program> program,
               program->parameters.size(),
               " parameters, got ",
               parameters.size());
+  if (program->before_run) {
+    program->before_run(parameters);
+  }
   ProgramRun run;
   run.slots.resize(program->buffers.size());
   run.owned.assign(program->buffers.size(), 0);

@@ -134,6 +134,9 @@ struct Program {
   std::vector<BufferId> results;
   // Buffers whose last reader is step i, dropped right after it runs.
   std::vector<std::vector<BufferId>> release_after;
+  // Work done before each run, given its parameters: a kernel target that
+  // compiles many kernels in one call does so before the first run.
+  std::function<void(const std::vector<at::Tensor>&)> before_run;
 
   std::string ToString() const;
 };

@@ -22,6 +22,7 @@
 #include "runtime/cuda/aot_compile.h"
 #include "runtime/cuda/nvrtc.h"
 #include "runtime/emulated/target.h"
+#include "runtime/host_library.h"
 #include "runtime/kernel_cache.h"
 #include "runtime/module_registry.h"
 
@@ -227,18 +228,21 @@ PYBIND11_MODULE(_C, m) {
     out["emulated_block"] = settings.emulated_block;
     out["emulated_grid"] = settings.emulated_grid;
     out["strict"] = settings.strict;
+    out["cpu_kernels"] = settings.cpu_kernels;
     out[found ? "host_compiler" : "host_compiler_error"] = compiler;
     return out;
   });
   m.def(
       "_set_kernel_settings",
-      [](bool emulate_cuda, int emulated_block, int emulated_grid, bool strict) {
-        SetKernelSettings(KernelSettings{emulate_cuda, emulated_block, emulated_grid, strict});
+      [](bool emulate_cuda, int emulated_block, int emulated_grid, bool strict, bool cpu_kernels) {
+        SetKernelSettings(
+            KernelSettings{emulate_cuda, emulated_block, emulated_grid, strict, cpu_kernels});
       },
       py::arg("emulate_cuda"),
       py::arg("emulated_block"),
       py::arg("emulated_grid"),
-      py::arg("strict"));
+      py::arg("strict"),
+      py::arg("cpu_kernels"));
   m.def("_inject_kernel_faults",
         &InjectKernelFaultsForTesting,
         py::arg("enabled"),

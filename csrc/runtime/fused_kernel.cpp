@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <mutex>
 
 #include "kernels/writer.h"
 #include "program/error_text.h"
@@ -84,6 +85,8 @@ bool InjectedFault() {
   return g_inject_faults.load() && g_launches_before_faults.fetch_sub(1) <= 0;
 }
 
+}  // namespace
+
 std::string FusedStepName(const Program& program, const FusionGroup& group) {
   std::string name = "lazyfuse::fused(";
   for (size_t i = 0; i < group.steps.size(); ++i) {
@@ -91,8 +94,6 @@ std::string FusedStepName(const Program& program, const FusionGroup& group) {
   }
   return name + ")";
 }
-
-}  // namespace
 
 LaunchConfig ComputeLaunch(const KernelSource& source, const LaunchLimits& limits) {
   LaunchConfig config;
@@ -138,33 +139,106 @@ FusedKernel::FusedKernel(std::shared_ptr<const Program> program,
   }
 }
 
+InputBinding FusedKernel::BindInput(size_t k, const at::Tensor& tensor) const {
+  InputBinding binding;
+  if (IsHostScalar(tensor)) {
+    binding.kind =
+        constant_input_[k] ? InputBinding::Kind::kConstant : InputBinding::Kind::kHostScalar;
+    if (constant_input_[k]) {
+      binding.literal = ConstantLiteral(tensor);
+    }
+    return binding;
+  }
+  TORCH_CHECK(tensor.device().type() == device_type_,
+              "lazyfuse: fused kernel input ",
+              k,
+              " is on ",
+              tensor.device(),
+              ", expected the ",
+              target_->dialect().name,
+              " kernel target's device");
+  // The kernel reads the input as the graph's dtype: a shape function that
+  // disagrees with its ATen kernel would make it read the wrong bytes.
+  const at::ScalarType expected = program_->buffers[group_.inputs[k]].dtype;
+  TORCH_CHECK(tensor.scalar_type() == expected,
+              "lazyfuse: fused kernel input ",
+              k,
+              " (%",
+              group_.inputs[k],
+              ") is ",
+              tensor.scalar_type(),
+              " but the graph says ",
+              expected,
+              ": the shape function of the op that made it disagrees with its ATen kernel");
+  binding.strides = tensor.strides().vec();
+  binding.aligned = reinterpret_cast<uintptr_t>(tensor.data_ptr()) % 16 == 0;
+  return binding;
+}
+
 KernelSignature FusedKernel::Bind(const std::vector<at::Tensor>& inputs) const {
   KernelSignature signature;
   signature.block_limit = block_limit_;
   for (size_t k = 0; k < inputs.size(); ++k) {
-    const at::Tensor& tensor = inputs[k];
-    const bool constant = constant_input_[k];
+    signature.inputs.push_back(BindInput(k, inputs[k]));
+  }
+  return signature;
+}
+
+KernelSignature FusedKernel::Predict(const std::vector<at::Tensor>& parameters) const {
+  KernelSignature signature;
+  signature.block_limit = block_limit_;
+  for (size_t k = 0; k < group_.inputs.size(); ++k) {
+    const BufferId id = group_.inputs[k];
+    const at::Tensor* known = nullptr;
+    for (size_t p = 0; p < program_->parameters.size() && p < parameters.size(); ++p) {
+      known = program_->parameters[p] == id ? &parameters[p] : known;
+    }
+    for (const auto& constant : program_->constants) {
+      known = constant.first == id ? &constant.second : known;
+    }
+    if (known != nullptr) {
+      signature.inputs.push_back(BindInput(k, *known));
+      continue;
+    }
+    // An intermediate: a new contiguous tensor on the target's device.
+    const BufferInfo& info = program_->buffers[id];
     InputBinding binding;
-    if (IsHostScalar(tensor)) {
-      binding.kind = constant ? InputBinding::Kind::kConstant : InputBinding::Kind::kHostScalar;
-      if (constant) {
-        binding.literal = ConstantLiteral(tensor);
-      }
+    if (info.sizes.empty() && device_type_ == c10::kCPU) {
+      binding.kind = InputBinding::Kind::kHostScalar;
     } else {
-      TORCH_CHECK(tensor.device().type() == device_type_,
-                  "lazyfuse: fused kernel input ",
-                  k,
-                  " is on ",
-                  tensor.device(),
-                  ", expected the ",
-                  target_->dialect().name,
-                  " kernel target's device");
-      binding.strides = tensor.strides().vec();
-      binding.aligned = reinterpret_cast<uintptr_t>(tensor.data_ptr()) % 16 == 0;
+      binding.strides = ContiguousStrides(info.sizes);
     }
     signature.inputs.push_back(std::move(binding));
   }
   return signature;
+}
+
+bool FusedKernel::HasVariant(const KernelSignature& signature) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return std::any_of(variants_.begin(), variants_.end(), [&](const auto& variant) {
+    return variant->signature == signature;
+  });
+}
+
+KernelSource FusedKernel::Render(const KernelSignature& signature) const {
+  return GenerateKernel(*program_, group_, signature, target_->dialect());
+}
+
+void FusedKernel::AddVariant(const KernelSignature& signature,
+                             KernelSource source,
+                             std::shared_ptr<LoadedKernel> loaded) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& variant : variants_) {
+    if (variant->signature == signature) {
+      return;
+    }
+  }
+  auto variant = std::make_unique<Variant>();
+  variant->signature = signature;
+  variant->source = std::move(source);
+  variant->loaded = std::move(loaded);
+  variants_.push_back(std::move(variant));
+  last_variant_.store(variants_.back().get(), std::memory_order_release);
 }
 
 bool FusedKernel::Matches(const KernelSignature& signature,
@@ -181,7 +255,8 @@ bool FusedKernel::Matches(const KernelSignature& signature,
     }
     const bool aligned = reinterpret_cast<uintptr_t>(tensor.const_data_ptr()) % 16 == 0;
     if (binding.kind != InputBinding::Kind::kTensor || tensor.device().type() != device_type_ ||
-        aligned != binding.aligned || !tensor.strides().equals(binding.strides)) {
+        aligned != binding.aligned || !tensor.strides().equals(binding.strides) ||
+        tensor.scalar_type() != program_->buffers[group_.inputs[k]].dtype) {
       return false;
     }
   }
@@ -197,7 +272,7 @@ const FusedKernel::Variant& FusedKernel::VariantFor(const KernelSignature& signa
   }
   auto variant = std::make_unique<Variant>();
   variant->signature = signature;
-  variant->source = GenerateKernel(*program_, group_, signature, target_->dialect());
+  variant->source = Render(signature);
   variant->loaded = target_->Load(variant->source);
   variants_.push_back(std::move(variant));
   last_variant_.store(variants_.back().get(), std::memory_order_release);
@@ -401,73 +476,6 @@ std::vector<KernelRecord> FusedKernel::Records() const {
   for (const auto& variant : variants_) {
     out.push_back({variant->source.name, variant->source.ops, variant->source.source});
   }
-  return out;
-}
-
-Program BuildFusedProgram(std::shared_ptr<const Program> program,
-                          const FusionPlan& plan,
-                          const std::shared_ptr<KernelTarget>& target,
-                          bool strict,
-                          std::vector<std::shared_ptr<FusedKernel>>* kernels) {
-  Program out;
-  out.buffers = program->buffers;
-  out.parameters = program->parameters;
-  out.constants = program->constants;
-  out.results = program->results;
-  for (const FusionGroup& group : plan.groups) {
-    if (group.kind == GroupKind::kAten) {
-      out.steps.push_back(program->steps[group.steps.front()]);
-      continue;
-    }
-    if (group.kind == GroupKind::kView) {
-      out.steps.push_back(ViewGroupStep(*program, group));
-      continue;
-    }
-    auto kernel = std::make_shared<FusedKernel>(program, group, target, strict);
-    if (kernels != nullptr) {
-      kernels->push_back(kernel);
-    }
-    Step step;
-    step.op = FusedStepName(*program, group);
-    step.kind = group.kind == GroupKind::kPointwise ? StepKind::kPointwise : StepKind::kReduction;
-    step.inputs = group.inputs;
-    step.outputs = group.outputs;
-    step.fn = [kernel](KernelArgs& args) {
-      const size_t count = kernel->input_count();
-      std::vector<at::Tensor> inputs;
-      inputs.reserve(count);
-      for (size_t k = 0; k < count; ++k) {
-        inputs.push_back(args.host_tensor());
-      }
-      if (!kernel->may_take_inputs()) {
-        return kernel->Run(inputs, {}, nullptr);  // the launch path of most kernels
-      }
-      std::vector<bool> may_overwrite(count);
-      for (size_t k = 0; k < count; ++k) {
-        may_overwrite[k] = args.may_overwrite(k);
-      }
-      std::vector<bool> overwritten(count, false);
-      // Reported on failure too: the run then knows what it can no longer redo.
-      const auto report = [&] {
-        for (size_t k = 0; k < count; ++k) {
-          if (overwritten[k]) {
-            args.overwrote(k);
-          }
-        }
-      };
-      std::vector<at::Tensor> outputs;
-      try {
-        outputs = kernel->Run(inputs, may_overwrite, &overwritten);
-      } catch (...) {
-        report();
-        throw;
-      }
-      report();
-      return outputs;
-    };
-    out.steps.push_back(std::move(step));
-  }
-  ComputeLifetimes(out);
   return out;
 }
 

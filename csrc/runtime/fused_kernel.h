@@ -44,6 +44,15 @@ class FusedKernel {
                               std::vector<bool>* overwritten);
   // The kernels rendered so far, one per signature seen.
   std::vector<KernelRecord> Records() const;
+  // The signature a run with these program parameters most likely binds:
+  // parameters as they are, constants as literals, intermediates contiguous.
+  KernelSignature Predict(const std::vector<at::Tensor>& parameters) const;
+  bool HasVariant(const KernelSignature& signature) const;
+  KernelSource Render(const KernelSignature& signature) const;
+  // A kernel rendered and loaded elsewhere (a batch), for `signature`.
+  void AddVariant(const KernelSignature& signature,
+                  KernelSource source,
+                  std::shared_ptr<LoadedKernel> loaded);
   size_t input_count() const {
     return group_.inputs.size();
   }
@@ -60,6 +69,7 @@ class FusedKernel {
   };
   const Variant& VariantFor(const KernelSignature& signature);
   KernelSignature Bind(const std::vector<at::Tensor>& inputs) const;
+  InputBinding BindInput(size_t k, const at::Tensor& tensor) const;
   // Whether `inputs` bind as `signature` says, checked without building a
   // signature: the launch path of a cached graph.
   bool Matches(const KernelSignature& signature, const std::vector<at::Tensor>& inputs) const;
@@ -91,19 +101,13 @@ class FusedKernel {
   std::atomic<bool> failed_after_writing_{false};
 };
 
+// "lazyfuse::fused(aten::mul.Tensor, aten::sum)": a fused step's op.
+std::string FusedStepName(const Program& program, const FusionGroup& group);
+
 // Makes every kernel launch from now on, after the first `after_launches`,
 // fail as a codegen bug would, so tests can see the fallback and the strict
 // error: before the launch, or with `after_writing` once it ran (as a CUDA
 // error reported late would). Off by default.
 void InjectKernelFaultsForTesting(bool enabled, int after_launches = 0, bool after_writing = false);
-
-// The Program a kernel target runs: every fused group of `plan` becomes one
-// step that launches its kernel; ATen groups keep their step. `kernels`
-// receives the FusedKernel of each fused step, for debugging.
-Program BuildFusedProgram(std::shared_ptr<const Program> program,
-                          const FusionPlan& plan,
-                          const std::shared_ptr<KernelTarget>& target,
-                          bool strict,
-                          std::vector<std::shared_ptr<FusedKernel>>* kernels);
 
 }  // namespace lazyfuse

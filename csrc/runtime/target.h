@@ -56,6 +56,20 @@ class KernelTarget {
 
   // Compiles (or finds in the kernel cache) and loads `source`.
   virtual std::shared_ptr<LoadedKernel> Load(const KernelSource& source) = 0;
+  // Whether LoadBatch compiles many kernels for the price of one, so a
+  // Program's kernels are better loaded together before its first run.
+  virtual bool batches() const {
+    return false;
+  }
+  // Loads every source, in order; one compile where the target batches.
+  virtual std::vector<std::shared_ptr<LoadedKernel>> LoadBatch(
+      const std::vector<KernelSource>& sources) {
+    std::vector<std::shared_ptr<LoadedKernel>> loaded;
+    for (const KernelSource& source : sources) {
+      loaded.push_back(Load(source));
+    }
+    return loaded;
+  }
   // An output buffer of the kernel; uninitialised.
   virtual at::Tensor NewOutput(const std::vector<int64_t>& sizes, at::ScalarType dtype) = 0;
   // `params` points at one 8-byte slot per kernel parameter, in order.

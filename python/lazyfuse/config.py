@@ -4,10 +4,12 @@ The backing device is chosen once, at import, from ``LAZYFUSE_DEVICE``
 (``cpu`` or ``cuda``; unset means ``cuda`` when a GPU is present, otherwise
 ``cpu``). IR reuse (LTC's TrieCache) is on unless ``LAZYFUSE_REUSE_IR=0``.
 
-Fused kernels run on the CUDA backing device, or, with
-``LAZYFUSE_EMULATE_CUDA=1``, on the CPU as the same CUDA source under
-emulation (``LAZYFUSE_EMULATE_BLOCK`` threads per block, default 32, and at
-most ``LAZYFUSE_EMULATE_GRID`` blocks, default 3). ``LAZYFUSE_STRICT_KERNELS=1``
+Fused kernels run on the CUDA backing device; on the CPU they run as native
+CPU kernels (``cpu_kernels``, on unless ``LAZYFUSE_CPU_KERNELS=0`` or no host
+C++ compiler exists), or, with ``LAZYFUSE_EMULATE_CUDA=1``, as the same CUDA
+source under emulation (``LAZYFUSE_EMULATE_BLOCK`` threads per block, default
+32, and at most ``LAZYFUSE_EMULATE_GRID`` blocks, default 3).
+``LAZYFUSE_FUSION=0`` turns fused kernels off everywhere. ``LAZYFUSE_STRICT_KERNELS=1``
 makes a kernel that fails to compile, load or launch an error instead of a
 fallback to its ATen steps.
 """
@@ -57,6 +59,7 @@ class KernelSettings:
     emulated_block: int
     emulated_grid: int
     strict: bool
+    cpu_kernels: bool
 
 
 def kernel_settings() -> KernelSettings:
@@ -67,6 +70,7 @@ def kernel_settings() -> KernelSettings:
         emulated_block=int(raw["emulated_block"]),
         emulated_grid=int(raw["emulated_grid"]),
         strict=bool(raw["strict"]),
+        cpu_kernels=bool(raw["cpu_kernels"]),
     )
 
 

@@ -49,13 +49,32 @@ def fused_kernels() -> Iterator[None]:
             yield
 
 
-@pytest.fixture(params=["aten", "fused"])
+NO_CPU_KERNELS = "CPU kernels run on the CPU backing device, with a host C++ compiler"
+
+
+@pytest.fixture
+def cpu_kernels() -> Iterator[None]:
+    """Fused kernels as native CPU code (the default on the CPU backing
+    device), strict."""
+    if ON_CUDA or not HOST_COMPILER:
+        pytest.skip(NO_CPU_KERNELS)
+    with lazyfuse.config.kernel_settings_as(emulate_cuda=False, cpu_kernels=True, strict=True):
+        yield
+
+
+@pytest.fixture(params=["aten", "fused", "cpu"])
 def engine(request: pytest.FixtureRequest) -> Iterator[str]:
-    """A test twice: ATen steps only, and fused kernels (natively on a GPU,
-    else emulated), strict. On a GPU both run fused kernels: the CUDA
-    backing device always fuses."""
+    """A test three times: ATen steps only; fused kernels (natively on a
+    GPU, else emulated CUDA), strict; and CPU kernels, strict. On a GPU the
+    first two both run fused kernels: the CUDA backing device always fuses."""
     if request.param == "aten":
-        with lazyfuse.config.kernel_settings_as(emulate_cuda=False):
+        with lazyfuse.config.kernel_settings_as(emulate_cuda=False, cpu_kernels=False):
+            yield request.param
+        return
+    if request.param == "cpu":
+        if ON_CUDA or not HOST_COMPILER:
+            pytest.skip(NO_CPU_KERNELS)
+        with lazyfuse.config.kernel_settings_as(emulate_cuda=False, cpu_kernels=True, strict=True):
             yield request.param
         return
     if not (ON_CUDA or HOST_COMPILER):

@@ -24,8 +24,8 @@ from pathlib import Path
 FUZZ = Path(__file__).resolve().parent / "fuzz_fusion.py"
 
 
-def reproduction(seed: int, index: int) -> str:
-    return f"python test/python/fuzz_fusion.py --seed {seed} --index {index}"
+def reproduction(seed: int, index: int, target: str) -> str:
+    return f"python test/python/fuzz_fusion.py --seed {seed} --index {index} --target {target}"
 
 
 def _lines(stream: object, out: queue.Queue[str | None]) -> None:
@@ -34,7 +34,7 @@ def _lines(stream: object, out: queue.Queue[str | None]) -> None:
     out.put(None)
 
 
-def run_range(seed: int, start: int, count: int, timeout: float) -> dict[int, str]:
+def run_range(seed: int, start: int, count: int, timeout: float, target: str) -> dict[int, str]:
     """Checks graphs start..start+count-1 in worker processes; returns each
     graph's problem ("ok" when none)."""
     results: dict[int, str] = {}
@@ -50,6 +50,8 @@ def run_range(seed: int, start: int, count: int, timeout: float) -> dict[int, st
                 str(next_index),
                 "--graphs",
                 str(start + count - next_index),
+                "--target",
+                target,
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -93,6 +95,12 @@ def main() -> int:
     parser.add_argument("--start", type=int, default=0)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=600, help="seconds per graph")
+    parser.add_argument(
+        "--target",
+        choices=["emulated", "cpu"],
+        default="emulated",
+        help="on the CPU backing device: emulated CUDA kernels, or native CPU kernels",
+    )
     options = parser.parse_args()
     chunk = -(-options.graphs // options.workers)
     ranges = [
@@ -102,7 +110,7 @@ def main() -> int:
     results: dict[int, str] = {}
     with ThreadPoolExecutor(options.workers) as pool:
         for part in pool.map(
-            lambda r: run_range(options.seed, r[0], r[1], options.timeout), ranges
+            lambda r: run_range(options.seed, r[0], r[1], options.timeout, options.target), ranges
         ):
             results.update(part)
     mismatches = crashes = 0
@@ -112,7 +120,7 @@ def main() -> int:
             continue
         crashes += problem.startswith("crash:")
         mismatches += not problem.startswith("crash:")
-        print(f"{reproduction(options.seed, index)}  # {problem}", flush=True)
+        print(f"{reproduction(options.seed, index, options.target)}  # {problem}", flush=True)
     print(f"fuzz: {len(results)} graphs, {mismatches} mismatches, {crashes} crashes")
     return 1 if mismatches or crashes else 0
 

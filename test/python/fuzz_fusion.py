@@ -356,8 +356,9 @@ def check_graph(seed: int, index: int) -> str | None:
     return None
 
 
-def reproduction(seed: int, index: int) -> str:
-    return f"python test/python/fuzz_fusion.py --seed {seed} --index {index}"
+def reproduction(seed: int, index: int, target: str | None = None) -> str:
+    option = f" --target {target}" if target else ""
+    return f"python test/python/fuzz_fusion.py --seed {seed} --index {index}{option}"
 
 
 def main() -> int:
@@ -366,11 +367,21 @@ def main() -> int:
     parser.add_argument("--graphs", type=int, default=300)
     parser.add_argument("--start", type=int, default=0)
     parser.add_argument("--index", type=int, help="check and print this one graph")
+    parser.add_argument(
+        "--target",
+        choices=["emulated", "cpu"],
+        default="emulated",
+        help="on the CPU backing device: emulated CUDA kernels, or native CPU kernels",
+    )
     options = parser.parse_args()
     if lazyfuse.config.backing_device().type != "cuda":
         lazyfuse.config.set_kernel_settings(
             lazyfuse.config.KernelSettings(
-                emulate_cuda=True, emulated_block=32, emulated_grid=3, strict=True
+                emulate_cuda=options.target == "emulated",
+                emulated_block=32,
+                emulated_grid=3,
+                strict=True,
+                cpu_kernels=True,
             )
         )
     if options.index is not None:

@@ -59,3 +59,22 @@ def test_ddp_overhead_smoke_times_both_engines(tmp_path: Path) -> None:
     for engine in ("eager", "lazyfuse"):
         assert row[f"{engine} 1 rank ms"] > 0 and row[f"{engine} 2 ranks ms"] > 0, row
     assert "| mlp |" in (tmp_path / "ddp_overhead.md").read_text()
+
+
+def test_cpu_kernels_bench_times_every_engine(tmp_path: Path) -> None:
+    run = subprocess.run(
+        [sys.executable, "bench/cpu_kernels.py", "--max-log2", "12", "--out", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    rows = json.loads((tmp_path / "cpu_kernels.json").read_text())
+    engines = {"eager", "torch.compile", "lazyfuse", "lazyfuse, ATen steps"}
+    assert {(row["workload"], row["engine"]) for row in rows} == {
+        (workload, engine)
+        for workload in ("pointwise x1", "pointwise x4", "pointwise x16", "softmax", "layer_norm")
+        for engine in engines
+    }
+    assert all(row["us"] > 0 and row["% of copy"] > 0 for row in rows)

@@ -1,5 +1,5 @@
 """The differential fuzzer's fixed CI set: FUZZ_GRAPHS random graphs of
-fusible work, lazy (fused kernels, emulated on the CPU) against eager, with
+fusible work, lazy (fused kernels: emulated CUDA, and native CPU kernels) against eager, with
 its corners (empty tensors, slices past 2^31, numbers near rounding
 boundaries, signed zeros). Run more, crash-safe, with
 `python test/python/fuzz_campaign.py --graphs N --seed S`."""
@@ -14,24 +14,38 @@ from fuzz_fusion import check_graph, reproduction
 FUZZ_SEED = 20261124
 FUZZ_GRAPHS = 320
 CHUNK = 40
-_results: dict[int, str | None] = {}
+_results: dict[tuple[str, int], str | None] = {}
 
 
 @pytest.mark.skipif(not ON_CUDA and not HOST_COMPILER, reason=NO_FUSED_KERNELS)
 @pytest.mark.usefixtures("fused_kernels")
 @pytest.mark.parametrize("start", range(0, FUZZ_GRAPHS, CHUNK))
 def test_fuzz_graphs(start: int) -> None:
+    check_chunk("fused", start)
+
+
+@pytest.mark.usefixtures("cpu_kernels")
+@pytest.mark.parametrize("start", range(0, FUZZ_GRAPHS, CHUNK))
+def test_fuzz_graphs_on_cpu_kernels(start: int) -> None:
+    check_chunk("cpu", start, target="cpu")
+
+
+def check_chunk(name: str, start: int, target: str | None = None) -> None:
     failures = []
     for index in range(start, start + CHUNK):
         problem = check_graph(FUZZ_SEED, index)
-        _results[index] = problem
+        _results[(name, index)] = problem
         if problem is not None:
-            failures.append(f"{reproduction(FUZZ_SEED, index)}  # {problem}")
+            failures.append(f"{reproduction(FUZZ_SEED, index, target)}  # {problem}")
     assert not failures, "\n".join(failures)
 
 
 def fuzz_summary() -> str | None:
     if not _results:
         return None
-    mismatches = sum(problem is not None for problem in _results.values())
-    return f"fuzz: {len(_results)} graphs, {mismatches} mismatches"
+    lines = []
+    for name in sorted({name for name, _ in _results}):
+        problems = [p for (n, _), p in _results.items() if n == name]
+        mismatches = sum(problem is not None for problem in problems)
+        lines.append(f"{len(problems)} graphs on {name} kernels, {mismatches} mismatches")
+    return "fuzz: " + "; ".join(lines)

@@ -40,7 +40,7 @@ def fused_kernels(emulated: bool) -> Iterator[None]:
     turns emulation off, so LAZYFUSE_EMULATE_CUDA=1 cannot turn it into a
     second emulated run with the exact-match assertions of ATen."""
     if not emulated:
-        with lazyfuse.config.kernel_settings_as(emulate_cuda=False):
+        with lazyfuse.config.kernel_settings_as(emulate_cuda=False, cpu_kernels=False):
             yield
         return
     with lazyfuse.config.kernel_settings_as(emulate_cuda=True, strict=True):

@@ -210,7 +210,12 @@ def test_plain():
 
 
 @pytest.mark.skipif(ON_CUDA, reason="a CUDA backing device always runs fused kernels")
-def test_the_plugin_emulate_option_runs_fused_kernels(pytester: pytest.Pytester) -> None:
+def test_the_plugin_emulate_option_runs_fused_kernels(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Without CPU kernels (the CPU backing device's default), only the
+    # option makes fused kernels run.
+    monkeypatch.setenv("LAZYFUSE_CPU_KERNELS", "0")
     pytester.makepyfile(test_user=PLUGIN_TESTS)
     plain = pytester.runpytest_subprocess("-s", "-k", "test_fixtures")
     plain.stdout.fnmatch_lines(["*KERNEL_LAUNCHES 0*"])

@@ -2,18 +2,15 @@
 
 #include <ATen/Functions.h>
 #include <c10/util/Exception.h>
-#include <dlfcn.h>
 #include <torch/csrc/lazy/core/hash.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
-#include <fstream>
 
 #include "kernels/dialect.h"
-#include "runtime/emulated/host_compiler.h"
 #include "runtime/emulated/launcher.h"
-#include "runtime/module_registry.h"
+#include "runtime/host_library.h"
 
 namespace lazyfuse {
 namespace {
@@ -39,59 +36,29 @@ std::string Trampoline(const std::string& name, const std::vector<std::string>& 
   return text + ");\n}\n";
 }
 
-const emulated::HostCompiler& Compiler() {
-  std::string why;
-  const emulated::HostCompiler* compiler = emulated::FindHostCompiler(&why);
-  TORCH_CHECK(compiler != nullptr, "lazyfuse: CUDA emulation needs a host C++ compiler: ", why);
-  return *compiler;
+// CUDA source is C++17, as NVRTC compiles it; -O1 keeps compiles short and
+// loops fast enough for the small tensors emulation runs on. -fwrapv:
+// signed integers wrap on a GPU (and in eager's kernels); without it the
+// host compiler may assume int64 overflow never happens.
+const HostBuild& EmulatedBuild() {
+  static const HostBuild build{"-std=c++17 -O1 -w -fwrapv", "", "emulated", false};
+  return build;
 }
 
 class EmulatedKernel : public LoadedKernel {
  public:
-  ~EmulatedKernel() override {
-    if (handle != nullptr) {
-      ::dlclose(handle);
-    }
-  }
-  void* handle = nullptr;
+  std::shared_ptr<HostLibrary> library;
   EmuEntry entry = nullptr;
   std::string source_path;
-  LoadedModuleCount counted;
 };
 
-// Loads a compiled library: it is written next to the kernel sources (dlopen
-// needs a file), shared by every kernel with the same binary, and closed
-// when the last of them is gone.
 std::shared_ptr<EmulatedKernel> LoadLibrary(const std::string& full_source,
                                             const std::string& name) {
-  static auto* loaded = new ModuleRegistry<EmulatedKernel>();
-  const emulated::HostCompiler& compiler = Compiler();
-  auto compiled = CachedCompile(full_source, compiler.cache_key, [&] {
-    return emulated::CompileSharedLibrary(compiler, full_source, name);
-  });
-  const std::string hash = torch::lazy::HashToString(torch::lazy::Hash(compiled->binary)).substr(2);
-  return loaded->GetOrLoad(hash, [&] {
-    const std::string path = KernelScratchDir("emulated/lib") + "/" + hash + ".so";
-    if (::access(path.c_str(), R_OK) != 0) {
-      const std::string temp = path + ".tmp." + std::to_string(::getpid());
-      std::ofstream(temp, std::ios::binary)
-          .write(compiled->binary.data(), static_cast<std::streamsize>(compiled->binary.size()));
-      std::rename(temp.c_str(), path.c_str());
-    }
-    auto kernel = std::make_shared<EmulatedKernel>();
-    kernel->handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    TORCH_CHECK(kernel->handle != nullptr,
-                "lazyfuse: cannot load emulated kernel ",
-                name,
-                " from ",
-                path,
-                ": ",
-                ::dlerror());
-    kernel->entry = reinterpret_cast<EmuEntry>(::dlsym(kernel->handle, kEmuEntryName));
-    TORCH_CHECK(kernel->entry != nullptr, "lazyfuse: ", path, " has no ", kEmuEntryName);
-    kernel->source_path = SaveKernelSource(full_source, name, "emulated/src", ".cpp");
-    return kernel;
-  });
+  auto kernel = std::make_shared<EmulatedKernel>();
+  kernel->library = LoadHostLibrary(EmulatedBuild(), full_source, name);
+  kernel->entry = reinterpret_cast<EmuEntry>(kernel->library->Symbol(kEmuEntryName));
+  kernel->source_path = kernel->library->source_path();
+  return kernel;
 }
 
 // The bytes a strided tensor's elements span.
@@ -256,16 +223,6 @@ class EmulatedTarget : public KernelTarget {
 
 std::shared_ptr<KernelTarget> MakeEmulatedTarget(const EmulationLimits& limits) {
   return std::make_shared<EmulatedTarget>(limits);
-}
-
-bool HostCompilerAvailable(std::string* description_or_why) {
-  std::string why;
-  const emulated::HostCompiler* compiler = emulated::FindHostCompiler(&why);
-  if (description_or_why != nullptr) {
-    *description_or_why =
-        compiler != nullptr ? compiler->path + " (" + compiler->version + ")" : why;
-  }
-  return compiler != nullptr;
 }
 
 void LaunchEmulatedSource(const std::string& source,

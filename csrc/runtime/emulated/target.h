@@ -20,9 +20,6 @@ struct EmulationLimits {
 
 std::shared_ptr<KernelTarget> MakeEmulatedTarget(const EmulationLimits& limits);
 
-// The host compiler emulation uses ("path (version)"), or why there is none.
-bool HostCompilerAvailable(std::string* description_or_why);
-
 // Compiles `source` (a kernel the emulated dialect rendered, named `name`)
 // and runs it over `inputs` and `outputs` (CPU tensors, in parameter order;
 // 0-dim inputs are host scalars) with the given launch shape. For tests that

@@ -14,7 +14,7 @@ extern "C" __global__ void lf_pointwise_tcopy_add_relu(const lf_half* __restrict
     const float v3 = lf_h2f(lf_ld(in0, l2));
     const int l4 = x1;
     const float v5 = lf_h2f(lf_ld(in1, l4));
-    const float v6 = lf_round_half((float)(((float)v3) + ((float)(1LL)) * ((float)v5)));  // aten::add.Tensor
+    const float v6 = lf_round_half((float)(((float)v3) + lf_inner_half(lf_inner_half(((float)(1LL))) * ((float)v5))));  // aten::add.Tensor
     const float v7 = lf_round_half((float)(lf_relu(((float)v6))));  // aten::relu
     vo0.e[j] = lf_f2h(v7);
   }
@@ -27,7 +27,7 @@ extern "C" __global__ void lf_pointwise_tcopy_add_relu(const lf_half* __restrict
     const float v3 = lf_h2f(lf_ld(in0, l2));
     const int l4 = x1;
     const float v5 = lf_h2f(lf_ld(in1, l4));
-    const float v6 = lf_round_half((float)(((float)v3) + ((float)(1LL)) * ((float)v5)));  // aten::add.Tensor
+    const float v6 = lf_round_half((float)(((float)v3) + lf_inner_half(lf_inner_half(((float)(1LL))) * ((float)v5))));  // aten::add.Tensor
     const float v7 = lf_round_half((float)(lf_relu(((float)v6))));  // aten::relu
     lf_st(out0, i, lf_f2h(v7));
   }

@@ -1,0 +1,121 @@
+#include "kernels/row_loops.h"
+
+namespace lazyfuse {
+
+void SplitDims(const std::vector<int64_t>& domain,
+               const std::vector<int64_t>& dims,
+               std::vector<int64_t>& kept,
+               std::vector<int64_t>& reduced) {
+  std::vector<bool> is_reduced(domain.size(), false);
+  for (int64_t d : dims) {
+    is_reduced[d] = true;
+  }
+  for (size_t d = 0; d < domain.size(); ++d) {
+    (is_reduced[d] ? reduced : kept).push_back(domain[d]);
+  }
+}
+
+void OpenRows(KernelWriter& writer,
+              const KernelDialect& dialect,
+              const std::string& index_type,
+              int64_t rows,
+              bool per_block) {
+  const std::string& idx = index_type;
+  const std::string count = std::to_string(rows);
+  if (per_block) {
+    writer.Open("for (" + idx + " row = " + dialect.block_index + "; row < " + count +
+                "; row += " + dialect.grid_size + ")");
+    return;
+  }
+  if (!dialect.serial_blocks) {
+    writer.Open("for (" + idx + " row = (" + idx + ")" + dialect.block_index + " * " +
+                dialect.block_size + " + " + dialect.thread_index + "; row < " + count +
+                "; row += (" + idx + ")" + dialect.grid_size + " * " + dialect.block_size + ")");
+    return;
+  }
+  // Adjacent rows share cache lines when the reduced dims are not innermost.
+  const std::string grid = "(" + idx + ")" + dialect.grid_size;
+  writer.Line("const " + idx + " lf_rows = (" + count + " + " + grid + " - 1) / " + grid + ";");
+  writer.Line("const " + idx + " lf_first = (" + idx + ")" + dialect.block_index + " * lf_rows;");
+  writer.Line("const " + idx + " lf_stop = lf_first + lf_rows < " + count +
+              " ? lf_first + lf_rows : " + count + ";");
+  writer.Open("for (" + idx + " row = lf_first; row < lf_stop; ++row)");
+}
+
+KernelIndex RowElementIndex(KernelWriter& writer,
+                            const std::vector<int64_t>& domain,
+                            const std::vector<int64_t>& dims,
+                            const std::vector<int64_t>& reduced_shape,
+                            const std::vector<std::string>& row_dims,
+                            const std::string& col) {
+  KernelIndex within{reduced_shape, col, {}};
+  const auto col_dims = writer.Dims(within);
+  KernelIndex index{domain, "", {}};
+  size_t next_kept = 0;
+  size_t next_reduced = 0;
+  std::vector<bool> reduced(domain.size(), false);
+  for (int64_t d : dims) {
+    reduced[d] = true;
+  }
+  for (size_t d = 0; d < domain.size(); ++d) {
+    index.dims.push_back(reduced[d] ? col_dims[next_reduced++] : row_dims[next_kept++]);
+  }
+  return index;
+}
+
+std::string OpenSerialLanes(KernelWriter& writer, const std::string& acc, const char* combine) {
+  if (combine == nullptr) {
+    return "";
+  }
+  const std::string op = combine;
+  if (op == "lf_sum_op") {
+    writer.Line("#pragma omp simd reduction(+:" + acc + ")");
+    return "";
+  }
+  const std::string nan = writer.NewVar("nan");
+  writer.Line("int " + nan + " = 0;");
+  writer.Line("#pragma omp simd reduction(" + std::string(op == "lf_max_op" ? "max" : "min") + ":" +
+              acc + ") reduction(|:" + nan + ")");
+  return nan;
+}
+
+void AccumulateInLanes(KernelWriter& writer,
+                       const std::string& lanes,
+                       const std::string& acc,
+                       const char* combine,
+                       const std::string& x) {
+  writer.Line(lanes + " |= " + x + " != " + x + ";");
+  writer.Line(acc + " = " + x + (std::string(combine) == "lf_max_op" ? " > " : " < ") + acc +
+              " ? " + x + " : " + acc + ";");
+}
+
+bool KeepRowExps(KernelWriter& writer,
+                 const KernelDialect& dialect,
+                 const std::string& acc_type,
+                 int64_t cols) {
+  constexpr int64_t kMostColumns = 8192;
+  if (!dialect.serial_blocks || cols > kMostColumns) {
+    return false;
+  }
+  writer.Line(acc_type + " lf_e[" + std::to_string(cols) + "];");
+  return true;
+}
+
+void CloseSerialLanes(KernelWriter& writer,
+                      const std::string& lanes,
+                      const std::string& acc,
+                      const std::string& acc_type,
+                      const std::function<std::string()>& open,
+                      const std::function<void()>& close) {
+  if (lanes.empty()) {
+    return;
+  }
+  writer.Line("if (" + lanes + ") " + acc + " = (" + acc_type + ")(LF_DINF - LF_DINF);");
+  writer.Open("if (" + acc + " == 0)");
+  const std::string x = open();
+  writer.Line("if (" + x + " == 0) { " + acc + " = " + x + "; break; }");
+  close();
+  writer.Close();
+}
+
+}  // namespace lazyfuse

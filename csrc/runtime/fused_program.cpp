@@ -1,0 +1,123 @@
+#include "runtime/fused_program.h"
+
+#include <mutex>
+
+#include "runtime/view_group.h"
+
+namespace lazyfuse {
+namespace {
+
+// Renders every kernel for the signature the run will most likely bind and
+// loads them in one call. Best effort: a kernel left out, or a batch that
+// fails, compiles alone at its launch, which reports its own failure.
+void LoadInOneBatch(const std::vector<std::shared_ptr<FusedKernel>>& kernels,
+                    KernelTarget& target,
+                    const std::vector<at::Tensor>& parameters) {
+  std::vector<std::shared_ptr<FusedKernel>> owners;
+  std::vector<KernelSignature> signatures;
+  std::vector<KernelSource> sources;
+  for (const auto& kernel : kernels) {
+    try {
+      KernelSignature signature = kernel->Predict(parameters);
+      if (kernel->HasVariant(signature)) {
+        continue;
+      }
+      sources.push_back(kernel->Render(signature));
+      signatures.push_back(std::move(signature));
+      owners.push_back(kernel);
+    } catch (const std::exception&) {
+      continue;
+    }
+  }
+  if (sources.empty()) {
+    return;
+  }
+  std::vector<std::shared_ptr<LoadedKernel>> loaded;
+  try {
+    loaded = target.LoadBatch(sources);
+  } catch (const std::exception&) {
+    return;
+  }
+  for (size_t i = 0; i < owners.size() && i < loaded.size(); ++i) {
+    owners[i]->AddVariant(signatures[i], std::move(sources[i]), std::move(loaded[i]));
+  }
+}
+
+}  // namespace
+
+Program BuildFusedProgram(std::shared_ptr<const Program> program,
+                          const FusionPlan& plan,
+                          const std::shared_ptr<KernelTarget>& target,
+                          bool strict,
+                          std::vector<std::shared_ptr<FusedKernel>>* kernels) {
+  Program out;
+  std::vector<std::shared_ptr<FusedKernel>> batch;
+  out.buffers = program->buffers;
+  out.parameters = program->parameters;
+  out.constants = program->constants;
+  out.results = program->results;
+  for (const FusionGroup& group : plan.groups) {
+    if (group.kind == GroupKind::kAten) {
+      out.steps.push_back(program->steps[group.steps.front()]);
+      continue;
+    }
+    if (group.kind == GroupKind::kView) {
+      out.steps.push_back(ViewGroupStep(*program, group));
+      continue;
+    }
+    auto kernel = std::make_shared<FusedKernel>(program, group, target, strict);
+    batch.push_back(kernel);
+    if (kernels != nullptr) {
+      kernels->push_back(kernel);
+    }
+    Step step;
+    step.op = FusedStepName(*program, group);
+    step.kind = group.kind == GroupKind::kPointwise ? StepKind::kPointwise : StepKind::kReduction;
+    step.inputs = group.inputs;
+    step.outputs = group.outputs;
+    step.fn = [kernel](KernelArgs& args) {
+      const size_t count = kernel->input_count();
+      std::vector<at::Tensor> inputs;
+      inputs.reserve(count);
+      for (size_t k = 0; k < count; ++k) {
+        inputs.push_back(args.host_tensor());
+      }
+      if (!kernel->may_take_inputs()) {
+        return kernel->Run(inputs, {}, nullptr);  // the launch path of most kernels
+      }
+      std::vector<bool> may_overwrite(count);
+      for (size_t k = 0; k < count; ++k) {
+        may_overwrite[k] = args.may_overwrite(k);
+      }
+      std::vector<bool> overwritten(count, false);
+      // Reported on failure too: the run then knows what it can no longer redo.
+      const auto report = [&] {
+        for (size_t k = 0; k < count; ++k) {
+          if (overwritten[k]) {
+            args.overwrote(k);
+          }
+        }
+      };
+      std::vector<at::Tensor> outputs;
+      try {
+        outputs = kernel->Run(inputs, may_overwrite, &overwritten);
+      } catch (...) {
+        report();
+        throw;
+      }
+      report();
+      return outputs;
+    };
+    out.steps.push_back(std::move(step));
+  }
+  if (target->batches() && !batch.empty()) {
+    auto once = std::make_shared<std::once_flag>();
+    out.before_run = [batch, target, once](const std::vector<at::Tensor>& parameters) {
+      std::call_once(*once, [&] { LoadInOneBatch(batch, *target, parameters); });
+    };
+  }
+  ComputeLifetimes(out);
+  return out;
+}
+
+}  // namespace lazyfuse

@@ -1,0 +1,159 @@
+"""Fused kernels as native CPU code (the CPU dialect and target): on by
+default on the CPU backing device, parallel over torch's intra-op threads,
+vectorized, one compile per graph, and eager CPU's values. Sizes here are
+large enough to take the parallel path and split long rows over threads."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+
+import pytest
+import torch
+
+import lazyfuse
+from conftest import HOST_COMPILER, NO_CPU_KERNELS, ON_CUDA
+
+pytestmark = [
+    pytest.mark.skipif(ON_CUDA or not HOST_COMPILER, reason=NO_CPU_KERNELS),
+    pytest.mark.usefixtures("cpu_kernels"),
+]
+
+Graph = Callable[[torch.Tensor, torch.Tensor], list[torch.Tensor]]
+
+
+def launches() -> int:
+    return lazyfuse.metrics.counter_value("LazyFuseKernelLaunches")
+
+
+def run_lazy(fn: Graph, x: torch.Tensor, w: torch.Tensor) -> list[torch.Tensor]:
+    d = lazyfuse.lazy_device()
+    outs = fn(x.to(d), w.to(d))
+    lazyfuse.mark_step()
+    return [out.cpu() for out in outs]
+
+
+GRAPHS: dict[str, Graph] = {
+    "pointwise_chain": lambda x, w: [((x * w + 1).sin() * 0.5).relu()],
+    "broadcast_and_scalar": lambda x, w: [x * w[0] - x.mean(0, keepdim=True) * 2],
+    "transcendentals": lambda x, w: [x.exp() - x.tanh() + x.sigmoid() * w.abs().log1p()],
+    "sum_all": lambda x, w: [(x * w).sum()],
+    "sum_rows_and_columns": lambda x, w: [x.sum(1), x.sum(0), (x * w).mean(0)],
+    "amax_amin": lambda x, w: [x.amax(1), x.amin(0), x.amax()],
+    "softmax_family": lambda x, w: [x.softmax(1), x.log_softmax(1), x.softmax(0)],
+    "layer_norm_and_var": lambda x, w: [
+        torch.nn.functional.layer_norm(x, x.shape[1:], w[0], w[1]),
+        x.var(1),
+        x.var(0, correction=0),
+    ],
+    "epilogue": lambda x, w: [x - x.amax(1, keepdim=True), (x * x).sum(1).sqrt() + 1],
+}
+
+
+@pytest.mark.parametrize("name", GRAPHS)
+@pytest.mark.parametrize("shape", [(512, 1024), (4, 65536), (3, 5)], ids=str)
+def test_matches_eager(name: str, shape: tuple[int, int]) -> None:
+    torch.manual_seed(0)
+    x, w = torch.randn(shape), torch.randn(shape)
+    before = launches()
+    got = run_lazy(GRAPHS[name], x, w)
+    assert launches() > before, "no CPU kernel ran"
+    for lazy, eager in zip(got, GRAPHS[name](x, w), strict=True):
+        torch.testing.assert_close(lazy, eager, rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64, torch.int32])
+def test_dtypes_match_eager(dtype: torch.dtype) -> None:
+    torch.manual_seed(0)
+    x = (torch.randn(256, 300) * 10).to(dtype)
+    w = (torch.randn(256, 300) * 10).to(dtype)
+
+    def fn(x: torch.Tensor, w: torch.Tensor) -> list[torch.Tensor]:
+        if dtype.is_floating_point:
+            return [(x * w + 1).abs().sqrt(), x.sum(1), x.amax(0)]
+        return [x * w + 3, x // 3, x.sum(1), x.amax(0)]
+
+    for lazy, eager in zip(run_lazy(fn, x, w), fn(x, w), strict=True):
+        torch.testing.assert_close(lazy, eager)
+
+
+def test_nan_wins_every_lane_of_a_max_and_min() -> None:
+    x = torch.randn(8, 4096)
+    x[3, 1000] = float("nan")
+    x[5, 4095] = float("nan")
+    got = run_lazy(lambda x, w: [x.amax(1), x.amin(1), x.softmax(1)], x, x)
+    for lazy, eager in zip(got, [x.amax(1), x.amin(1), x.softmax(1)], strict=True):
+        torch.testing.assert_close(lazy, eager, equal_nan=True)
+
+
+def test_an_optimizer_step_updates_in_place_and_matches_eager() -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 8))
+    lazy_model = torch.nn.Sequential(
+        torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 8)
+    )
+    lazy_model.load_state_dict(model.state_dict())
+    lazy_model.to(lazyfuse.lazy_device())
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    lazy_opt = torch.optim.AdamW(lazy_model.parameters(), lr=1e-2)
+    x, y = torch.randn(32, 64), torch.randn(32, 8)
+    for _ in range(3):
+        for m, o, (xb, yb) in (
+            (model, opt, (x, y)),
+            (lazy_model, lazy_opt, (x.to(lazyfuse.lazy_device()), y.to(lazyfuse.lazy_device()))),
+        ):
+            o.zero_grad()
+            torch.nn.functional.mse_loss(m(xb), yb).backward()
+            o.step()
+        lazyfuse.mark_step()
+    assert lazyfuse.metrics.counter_value("LazyFuseInPlaceOutputs") > 0
+    for p, q in zip(model.parameters(), lazy_model.parameters(), strict=True):
+        # Adam divides by the root of small second moments, which magnifies
+        # the last-bit differences of summation order and libm.
+        torch.testing.assert_close(q.detach().cpu(), p.detach(), rtol=1e-4, atol=1e-4)
+
+
+def test_a_graph_compiles_its_kernels_in_one_call() -> None:
+    torch.manual_seed(0)
+    # Shapes no other test uses: every kernel here is new.
+    x = torch.randn(37, 211)
+    got = run_lazy(lambda x, w: [x.softmax(1), x.sum(0), (x * 3).sin()], x, x)
+    assert lazyfuse.metrics.counter_value("LazyFuseKernelsCompiled") <= 1
+    assert launches() >= 3
+    for lazy, eager in zip(got, [x.softmax(1), x.sum(0), (x * 3).sin()], strict=True):
+        torch.testing.assert_close(lazy, eager)
+
+
+def test_the_source_is_the_cpu_dialect() -> None:
+    run_lazy(lambda x, w: [(x * w).sum(1)], torch.randn(64, 64), torch.randn(64, 64))
+    (kernel,) = lazyfuse.debug.last_kernels()
+    assert kernel["source"].startswith("// lazyfuse cpu kernel")
+    assert "#pragma omp simd reduction(+:" in kernel["source"]
+
+
+@pytest.mark.parametrize(
+    ("env", "fused"),
+    [({}, True), ({"LAZYFUSE_CPU_KERNELS": "0"}, False), ({"LAZYFUSE_FUSION": "0"}, False)],
+    ids=["default", "cpu_kernels_off", "fusion_off"],
+)
+def test_on_by_default_and_off_by_either_switch(env: dict[str, str], fused: bool) -> None:
+    code = (
+        "import torch, lazyfuse\n"
+        "x = torch.ones(8, 8).to(lazyfuse.lazy_device())\n"
+        "y = (x * 2 + 1).sum(1)\n"
+        "lazyfuse.mark_step()\n"
+        "assert y.cpu().eq(24).all()\n"
+        "print(lazyfuse.metrics.counter_value('LazyFuseKernelLaunches'))\n"
+    )
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("LAZYFUSE_")}
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert (int(out.stdout.split()[-1]) > 0) == fused, out.stderr
