@@ -37,6 +37,12 @@ constexpr const char* kHostBuiltins = R"CPP(
   // and which computes add's alpha * other and div's truncated quotient in
   // half or bfloat16 (see lf_inner).
 #define LF_ROUNDS_INNER_RESULTS 1
+  // and whose float-to-integer casts are x86's (see lf_f2i).
+#if defined(__x86_64__) || defined(__i386__)
+#define LF_F2I_AS_X86 1
+#else
+#define LF_F2I_AS_X86 0
+#endif
 #define LF_UNROLL
 #define __global__
 #define __device__

@@ -48,6 +48,13 @@ const char* RegisterTypeName(at::ScalarType dtype);
 std::string LoadConversion(at::ScalarType dtype, const std::string& stored);
 // The expression converting a register value to the storage type.
 std::string StoreConversion(at::ScalarType dtype, const std::string& value);
+// Names a helper's variant for values stored as half or bfloat16, whose
+// eager kernels round intermediate results to that type ("_half", "_bf16").
+const char* StorageSuffix(at::ScalarType dtype);
+// A float register converted to `to`'s register type. To an integer it goes
+// through lf_f2i: C++ leaves NaN and out-of-range values undefined, and an
+// optimizing compiler answered differently from eager's conversion.
+std::string FromFloat(at::ScalarType to, const std::string& value);
 // Rounds a float register through half or bfloat16 so every step's result
 // matches what ATen stores; other dtypes pass through.
 std::string RoundToDtype(at::ScalarType dtype, const std::string& value);

@@ -38,12 +38,6 @@ std::string AttrLiteral(const Step& step, const std::string& name) {
   TORCH_CHECK(false, "lazyfuse: attribute ", name, " of ", step.qualified_op(), " is not a number");
 }
 
-// Names a helper's variant for values stored as half or bfloat16, whose
-// eager kernels round intermediate results to that type.
-const char* StorageSuffix(at::ScalarType dtype) {
-  return dtype == at::kHalf ? "_half" : dtype == at::kBFloat16 ? "_bf16" : "";
-}
-
 // Substitutes $k, $rk, $T, $S (the output's StorageSuffix) and @name in a
 // pointwise rule's expression.
 std::string RenderExpression(const std::string& expr,
@@ -413,6 +407,10 @@ std::string KernelWriter::Compute(const Step& step, BufferId id, KernelIndex ind
     if (used && (k >= 32 || !(rule->kept & (1u << k)))) {
       value = AsCommonDtype(*rule, input, std::move(value));
     }
+    if (used && at::isFloatingType(program_.buffers[input].dtype) &&
+        at::isIntegralType(rule->compute, false)) {
+      value = FromFloat(rule->compute, value);
+    }
     inputs.push_back(std::move(value));
   }
   const at::ScalarType out = program_.buffers[id].dtype;
@@ -420,8 +418,10 @@ std::string KernelWriter::Compute(const Step& step, BufferId id, KernelIndex ind
   const std::string expr =
       RenderExpression(rule->expr, inputs, RegisterTypeName(rule->compute), out, step);
   const std::string var = NewVar("v");
-  Line("const " + out_type + " " + var + " = " +
-       RoundToDtype(out, "(" + out_type + ")(" + expr + ")") + ";  // " + step.qualified_op());
+  const std::string converted =
+      at::isFloatingType(rule->compute) ? FromFloat(out, expr) : "(" + out_type + ")(" + expr + ")";
+  Line("const " + out_type + " " + var + " = " + RoundToDtype(out, converted) + ";  // " +
+       step.qualified_op());
   return var;
 }
 

@@ -157,3 +157,16 @@ def test_on_by_default_and_off_by_either_switch(env: dict[str, str], fused: bool
         check=True,
     )
     assert (int(out.stdout.split()[-1]) > 0) == fused, out.stderr
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.int16, torch.uint8])
+def test_float_to_integer_out_of_range_is_eagers(dtype: torch.dtype) -> None:
+    """C++ leaves these conversions undefined; -O3 loops once answered 0 where
+    eager (x86's truncation) gives the integer minimum."""
+    corners = torch.tensor(
+        [float("nan"), float("inf"), -float("inf"), 3e9, -3e9, 1e19, 300.7, -2.5]
+    )
+    x = corners.repeat(512)
+    got = run_lazy(lambda x, w: [x.floor().to(dtype), (x * 1.0).to(dtype) + 1], x, x)
+    for lazy, eager in zip(got, [x.floor().to(dtype), (x * 1.0).to(dtype) + 1], strict=True):
+        assert torch.equal(lazy, eager)
