@@ -46,6 +46,18 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> ThreeResults(
   return {results[0], results[1], results[2]};
 }
 
+// The node IR reuse finds for `operands`, else a new one with the shapes
+// `shapes()` gives (computed only then: they run a meta kernel).
+template <typename NodeT, typename ShapesFn, typename... Operands>
+torch::lazy::NodePtr ReuseOrMakeWithShapes(ShapesFn&& shapes, const Operands&... operands) {
+  torch::lazy::NodePtr node = torch::lazy::ReuseNode<NodeT>(operands...);
+  if (!node) {
+    node = torch::lazy::MakeNode<NodeT>(operands..., shapes());
+    torch::lazy::CacheNode(node);
+  }
+  return node;
+}
+
 }  // namespace
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> LazyNativeFunctions::native_batch_norm(
@@ -72,9 +84,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> LazyNativeFunctions::native_batch
   const auto bias_value = ValueOf(bias, *device);
   const auto mean_value = ValueOf(running_mean, *device);
   const auto var_value = ValueOf(running_var, *device);
-  torch::lazy::NodePtr node = torch::lazy::ReuseNode<NativeBatchNorm>(
-      input_value, weight_value, bias_value, mean_value, var_value, training, momentum, eps);
-  if (!node) {
+  const auto shapes = [&] {
     const auto [out, save_mean, save_invstd] = at::native_batch_norm(OnMeta(input),
                                                                      OnMeta(weight),
                                                                      OnMeta(bias),
@@ -83,21 +93,21 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> LazyNativeFunctions::native_batch
                                                                      training,
                                                                      momentum,
                                                                      eps);
-    std::vector<torch::lazy::Shape> shapes;
+    std::vector<torch::lazy::Shape> result_shapes;
     for (const at::Tensor& result : {out, save_mean, save_invstd}) {
-      shapes.emplace_back(result.scalar_type(), result.sizes().vec());
+      result_shapes.emplace_back(result.scalar_type(), result.sizes().vec());
     }
-    node = torch::lazy::MakeNode<NativeBatchNorm>(input_value,
-                                                  weight_value,
-                                                  bias_value,
-                                                  mean_value,
-                                                  var_value,
-                                                  training,
-                                                  momentum,
-                                                  eps,
-                                                  std::move(shapes));
-    torch::lazy::CacheNode(node);
-  }
+    return result_shapes;
+  };
+  const torch::lazy::NodePtr node = ReuseOrMakeWithShapes<NativeBatchNorm>(shapes,
+                                                                           input_value,
+                                                                           weight_value,
+                                                                           bias_value,
+                                                                           mean_value,
+                                                                           var_value,
+                                                                           training,
+                                                                           momentum,
+                                                                           eps);
   return ThreeResults(node, *device);
 }
 
@@ -134,17 +144,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> LazyNativeFunctions::native_batch
   const auto var_value = ValueOf(running_var, *device);
   const auto save_mean_value = ValueOf(save_mean, *device);
   const auto save_invstd_value = ValueOf(save_invstd, *device);
-  torch::lazy::NodePtr node = torch::lazy::ReuseNode<NativeBatchNormBackward>(grad_value,
-                                                                              input_value,
-                                                                              weight_value,
-                                                                              mean_value,
-                                                                              var_value,
-                                                                              save_mean_value,
-                                                                              save_invstd_value,
-                                                                              train,
-                                                                              eps,
-                                                                              mask);
-  if (!node) {
+  const auto shapes = [&] {
     const auto results = at::native_batch_norm_backward(OnMeta(grad_out),
                                                         OnMeta(input),
                                                         OnMeta(weight),
@@ -160,26 +160,27 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> LazyNativeFunctions::native_batch
     const at::ScalarType affine =
         weight.has_value() && weight->defined() ? weight->scalar_type() : input.scalar_type();
     const std::vector<int64_t> channels{input.dim() > 1 ? input.size(1) : 1};
-    std::vector<torch::lazy::Shape> shapes{
+    std::vector<torch::lazy::Shape> result_shapes{
         torch::lazy::Shape(input.scalar_type(), input.sizes().vec())};
     for (const at::Tensor& result : {std::get<1>(results), std::get<2>(results)}) {
-      shapes.push_back(result.defined()
-                           ? torch::lazy::Shape(result.scalar_type(), result.sizes().vec())
-                           : torch::lazy::Shape(affine, channels));
+      result_shapes.push_back(result.defined()
+                                  ? torch::lazy::Shape(result.scalar_type(), result.sizes().vec())
+                                  : torch::lazy::Shape(affine, channels));
     }
-    node = torch::lazy::MakeNode<NativeBatchNormBackward>(grad_value,
-                                                          input_value,
-                                                          weight_value,
-                                                          mean_value,
-                                                          var_value,
-                                                          save_mean_value,
-                                                          save_invstd_value,
-                                                          train,
-                                                          eps,
-                                                          mask,
-                                                          std::move(shapes));
-    torch::lazy::CacheNode(node);
-  }
+    return result_shapes;
+  };
+  const torch::lazy::NodePtr node =
+      ReuseOrMakeWithShapes<NativeBatchNormBackward>(shapes,
+                                                     grad_value,
+                                                     input_value,
+                                                     weight_value,
+                                                     mean_value,
+                                                     var_value,
+                                                     save_mean_value,
+                                                     save_invstd_value,
+                                                     train,
+                                                     eps,
+                                                     mask);
   return ThreeResults(node, *device);
 }
 

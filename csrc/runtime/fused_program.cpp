@@ -1,5 +1,7 @@
 #include "runtime/fused_program.h"
 
+#include <torch/csrc/lazy/core/metrics.h>
+
 #include <mutex>
 
 #include "runtime/view_group.h"
@@ -36,6 +38,9 @@ void LoadInOneBatch(const std::vector<std::shared_ptr<FusedKernel>>& kernels,
   try {
     loaded = target.LoadBatch(sources);
   } catch (const std::exception&) {
+    // Each kernel then compiles alone at its launch and reports its own
+    // error; this counts the wasted batch compile.
+    TORCH_LAZY_COUNTER("LazyFuseBatchCompileFailed", 1);
     return;
   }
   for (size_t i = 0; i < owners.size() && i < loaded.size(); ++i) {

@@ -285,4 +285,16 @@ std::shared_ptr<HostLibrary> LoadHostLibrary(const HostBuild& build,
   });
 }
 
+SlotCall CallFromSlots(const std::string& callee, const std::vector<std::string>& types) {
+  SlotCall slot_call;
+  slot_call.call = callee + "(";
+  for (size_t i = 0; i < types.size(); ++i) {
+    const std::string arg = "lf_arg" + std::to_string(i);
+    slot_call.typedefs += "  typedef " + types[i] + " " + arg + ";\n";
+    slot_call.call += (i ? ", *(" : "*(") + arg + "*)args[" + std::to_string(i) + "]";
+  }
+  slot_call.call += ")";
+  return slot_call;
+}
+
 }  // namespace lazyfuse

@@ -65,4 +65,13 @@ std::shared_ptr<HostLibrary> LoadHostLibrary(const HostBuild& build,
                                              size_t prelude_begin = 0,
                                              size_t prelude_size = 0);
 
+// How a library's `extern "C"` entry point calls a kernel whose parameters
+// have `types`, each argument read from its 8-byte slot in `void** args`:
+// the typedefs to put in the entry's body, and the call expression.
+struct SlotCall {
+  std::string typedefs;  // "  typedef <type> lf_arg<i>;\n" per parameter
+  std::string call;      // "callee(*(lf_arg0*)args[0], ...)"
+};
+SlotCall CallFromSlots(const std::string& callee, const std::vector<std::string>& types);
+
 }  // namespace lazyfuse

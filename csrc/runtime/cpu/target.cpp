@@ -70,19 +70,11 @@ using CpuEntry = void (*)(long long begin, long long end, long long grid, void**
 std::string EntryPoint(const std::string& entry,
                        const std::string& callee,
                        const std::vector<std::string>& types) {
-  std::string text = "\nextern \"C\" void " + entry +
-                     "(long long begin, long long end, long long grid, void** args) {\n";
-  for (size_t i = 0; i < types.size(); ++i) {
-    text += "  typedef " + types[i] + " lf_arg" + std::to_string(i) + ";\n";
-  }
-  text +=
-      "  lf_grid = grid;\n  for (long long b = begin; b < end; ++b) {\n    lf_block = b;\n    " +
-      callee + "(";
-  for (size_t i = 0; i < types.size(); ++i) {
-    text += (i ? ", " : "") + std::string("*(lf_arg") + std::to_string(i) + "*)args[" +
-            std::to_string(i) + "]";
-  }
-  return text + ");\n  }\n}\n";
+  const SlotCall slot_call = CallFromSlots(callee, types);
+  return "\nextern \"C\" void " + entry +
+         "(long long begin, long long end, long long grid, void** args) {\n" + slot_call.typedefs +
+         "  lf_grid = grid;\n  for (long long b = begin; b < end; ++b) {\n    lf_block = b;\n    " +
+         slot_call.call + ";\n  }\n}\n";
 }
 
 // Where a rendered source's kernel starts, after its prelude.

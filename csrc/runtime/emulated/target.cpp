@@ -23,17 +23,10 @@ constexpr unsigned char kGuardByte = 0xA5;
 // The entry point appended after the kernel: binds the thread's env and
 // calls the kernel with each argument read from its 8-byte slot.
 std::string Trampoline(const std::string& name, const std::vector<std::string>& types) {
-  std::string text = "\nextern \"C\" void " + std::string(kEmuEntryName) +
-                     "(const lf_emu_env* env, void** args) {\n  lf_env = env;\n";
-  for (size_t i = 0; i < types.size(); ++i) {
-    text += "  typedef " + types[i] + " lf_arg" + std::to_string(i) + ";\n";
-  }
-  text += "  " + name + "(";
-  for (size_t i = 0; i < types.size(); ++i) {
-    text += (i ? ", " : "") + std::string("*(lf_arg") + std::to_string(i) + "*)args[" +
-            std::to_string(i) + "]";
-  }
-  return text + ");\n}\n";
+  const SlotCall slot_call = CallFromSlots(name, types);
+  return "\nextern \"C\" void " + std::string(kEmuEntryName) +
+         "(const lf_emu_env* env, void** args) {\n  lf_env = env;\n" + slot_call.typedefs + "  " +
+         slot_call.call + ";\n}\n";
 }
 
 // CUDA source is C++17, as NVRTC compiles it; -O1 keeps compiles short and
