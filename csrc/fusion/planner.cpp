@@ -7,47 +7,10 @@
 
 #include "fusion/in_place.h"
 #include "fusion/rules.h"
+#include "fusion/step_roles.h"
 
 namespace lazyfuse {
 namespace {
-
-enum class Role { kOpaque, kPointwise, kView, kReduction };
-
-Role RoleOf(const Step& step, const Program& program) {
-  if (step.kind == StepKind::kCollective || !step.operand_arity.empty()) {
-    return Role::kOpaque;  // tensor-list operands: cat, stack, index
-  }
-  if (ReductionRuleFor(step, program)) {
-    return Role::kReduction;
-  }
-  if (ViewRuleFor(step, program)) {
-    return Role::kView;
-  }
-  if (PointwiseRuleFor(step, program)) {
-    return Role::kPointwise;
-  }
-  return Role::kOpaque;
-}
-
-// Right-aligned broadcast: every dim of `from` equals the matching dim of `to` or is 1.
-bool BroadcastsTo(const std::vector<int64_t>& from, const std::vector<int64_t>& to) {
-  if (from.size() > to.size()) {
-    return false;
-  }
-  const size_t offset = to.size() - from.size();
-  for (size_t d = 0; d < from.size(); ++d) {
-    if (from[d] != 1 && from[d] != to[offset + d]) {
-      return false;
-    }
-  }
-  return true;
-}
-
-// A buffer of `shape` can live in a kernel over `domain` when it has the
-// domain's element count (stored at the linear index) or broadcasts to it.
-bool FitsDomain(const std::vector<int64_t>& shape, const std::vector<int64_t>& domain) {
-  return ShapeNumel(shape) == ShapeNumel(domain) || BroadcastsTo(shape, domain);
-}
 
 class Planner {
  public:
@@ -77,8 +40,13 @@ class Planner {
         case Role::kReduction:
           AddReduction(i);
           break;
-        case Role::kPointwise:
         case Role::kView:
+          if (IsResultView(i)) {
+            AddResultView(i);
+            break;
+          }
+          [[fallthrough]];
+        case Role::kPointwise:
           AddPointwise(i);
           break;
       }
@@ -287,6 +255,33 @@ class Planner {
         row_level_[id] = true;
       }
     }
+  }
+
+  bool IsResultView(size_t i) const {
+    const Step& step = program_.steps[i];
+    return std::any_of(step.outputs.begin(),
+                       step.outputs.end(),
+                       [&](BufferId id) { return is_result_[id]; }) &&
+           ResultAliasSavesMemory(program_, i, is_result_);
+  }
+
+  // A view whose value outlives the graph (p.grad as the transpose of a
+  // matmul, a detached parameter) aliases its input, as in eager, instead of
+  // being a copy a kernel writes: both would be held after the step. It goes
+  // in a view-only group, sealed so that no kernel joins it.
+  void AddResultView(size_t i) {
+    const Step& step = program_.steps[i];
+    const int producer = producer_[step.inputs[0]];
+    if (Open(producer) && OnlyViews(groups_[producer])) {
+      SealProducersOf(step, producer);
+      Join(producer, i);
+      sealed_[producer] = true;
+      return;
+    }
+    SealProducersOf(step, -1);
+    const int view = NewGroup(GroupKind::kPointwise, Shape(step.outputs[0]));
+    Place(i, view);
+    sealed_[view] = true;
   }
 
   void AddPointwise(size_t i) {

@@ -25,7 +25,8 @@ LazyFuseBackendData::LazyFuseBackendData(torch::lazy::BackendDevice device,
 LazyFuseBackendData::LazyFuseBackendData(torch::lazy::BackendDevice device,
                                          torch::lazy::Shape shape,
                                          std::function<at::Tensor()> pending)
-    : torch::lazy::BackendData(std::move(device), std::move(shape)), pending_(std::move(pending)) {}
+    : torch::lazy::BackendData(std::move(device), std::move(shape)),
+      pending_(std::make_shared<Pending>(Pending{std::move(pending), at::Tensor()})) {}
 
 void LazyFuseBackendData::Assign(const torch::lazy::BackendData& data) {
   const auto* other = dynamic_cast<const LazyFuseBackendData*>(&data);
@@ -36,8 +37,11 @@ void LazyFuseBackendData::Assign(const torch::lazy::BackendData& data) {
 
 const at::Tensor& LazyFuseBackendData::tensor() const {
   if (!value_.defined() && pending_ != nullptr) {
-    at::Tensor value = pending_();
-    value_ = value.is_contiguous() ? std::move(value) : value.contiguous();
+    if (!pending_->value.defined()) {
+      at::Tensor value = pending_->make();
+      pending_->value = value.is_contiguous() ? std::move(value) : value.contiguous();
+    }
+    value_ = pending_->value;
     pending_ = nullptr;
   }
   TORCH_CHECK(value_.defined(),
@@ -45,6 +49,16 @@ const at::Tensor& LazyFuseBackendData::tensor() const {
               shape().to_string(),
               " before the graph that produces it has run");
   return value_;
+}
+
+const void* LazyFuseBackendData::value_identity() const {
+  if (value_.defined()) {
+    return value_.unsafeGetTensorImpl();
+  }
+  if (pending_ != nullptr && pending_->value.defined()) {
+    return pending_->value.unsafeGetTensorImpl();
+  }
+  return pending_.get();
 }
 
 at::Tensor CopyHostScalar(const at::Tensor& scalar) {
@@ -62,6 +76,9 @@ bool LazyFuseBackendData::is_wrapped_number() const {
 }
 
 bool LazyFuseBackendData::is_host_scalar() const {
+  if (shape().dim() != 0) {
+    return false;  // answered without making a pending value
+  }
   if (pending_ != nullptr) {
     tensor();
   }

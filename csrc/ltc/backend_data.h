@@ -10,6 +10,7 @@
 #include <torch/csrc/lazy/backend/backend_data.h>
 
 #include <functional>
+#include <memory>
 
 namespace lazyfuse {
 
@@ -20,9 +21,10 @@ class LazyFuseBackendData : public torch::lazy::BackendData {
   LazyFuseBackendData(torch::lazy::BackendDevice device,
                       torch::lazy::Shape shape,
                       at::Tensor value);
-  // A result of a graph that failed after it had overwritten some of its
-  // parameters: `pending` finishes the graph and returns this result. It
-  // runs on the first read, and again on the next read if it fails.
+  // A value made on its first read by `pending`, again on the next read if
+  // it fails: a result of a graph that failed after it had overwritten some
+  // of its parameters (`pending` finishes the graph), or a view's base kept
+  // as a function of the view (result_aliases.h).
   LazyFuseBackendData(torch::lazy::BackendDevice device,
                       torch::lazy::Shape shape,
                       std::function<at::Tensor()> pending);
@@ -36,16 +38,29 @@ class LazyFuseBackendData : public torch::lazy::BackendData {
   }
 
   const at::Tensor& tensor() const;
+  // Whether the value waits for its first read to be made.
+  bool pending() const {
+    return !value_.defined() && pending_ != nullptr && !pending_->value.defined();
+  }
+  // Tells data apart by value without making a pending one: data assigned
+  // from the same result answer the same.
+  const void* value_identity() const;
   bool is_host_scalar() const;
   // A host scalar holding a Python number or Scalar argument, which type
   // promotion ranks below tensors of its category (BufferInfo::wrapped_number).
   bool is_wrapped_number() const;
 
  private:
+  // A pending value, shared by the data assigned from it, so that it is made
+  // once, as one tensor, whichever of them is read first.
+  struct Pending {
+    std::function<at::Tensor()> make;
+    at::Tensor value;
+  };
   // Filled from pending_ on the first read. LTC reads device data from the
   // thread that traces, as it does every tensor's data.
   mutable at::Tensor value_;
-  mutable std::function<at::Tensor()> pending_;
+  mutable std::shared_ptr<Pending> pending_;
 };
 
 // A copy of a 0-dim CPU value, made without the dispatcher (it runs for

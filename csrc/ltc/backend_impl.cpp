@@ -5,12 +5,14 @@
 #include <torch/csrc/lazy/core/metrics.h>
 
 #include <mutex>
+#include <unordered_map>
 
 #include "fusion/planner.h"
 #include "ltc/backend_data.h"
 #include "ltc/config.h"
 #include "ltc/device_data.h"
 #include "ltc/graph_executor.h"
+#include "ltc/result_aliases.h"
 #include "ltc/step_replay.h"
 #include "ops/ir_builder.h"
 #include "program/compile_log.h"
@@ -89,16 +91,46 @@ std::string WhyResultsPending(const ProgramRun& run) {
                                      : std::string());
 }
 
-// Whether the graph may write over parameter `data`'s memory: nothing but
-// the graph reads the data afterwards, and no other tensor shares the memory.
-bool MayDonate(const torch::lazy::BackendDataPtr& argument, const LazyFuseBackendData& data) {
-  if (!DonationEnabled() || !FusedKernelsEnabled() || data.is_host_scalar() ||
-      !GraphMayOverwrite(argument)) {
-    return false;
+const LazyFuseBackendData& AsLazyFuseData(const torch::lazy::BackendDataPtr& data) {
+  const auto* ours = dynamic_cast<const LazyFuseBackendData*>(data.get());
+  TORCH_CHECK(ours != nullptr, "lazyfuse: data belongs to another LTC backend");
+  return *ours;
+}
+
+// By argument, whether the graph may write over its memory: nothing but the
+// graph reads the data afterwards, and no other tensor shares the memory.
+// Arguments may share one tensor (a parameter's value and its detached view,
+// kept as one tensor by result_aliases.h); they are donated together, when
+// every one of them may be overwritten, and the run overwrites the memory
+// only at the last read of any of them (StartProgram).
+std::vector<bool> DonatedArguments(c10::ArrayRef<torch::lazy::BackendDataPtr> arguments) {
+  std::vector<bool> donated(arguments.size(), false);
+  if (!DonationEnabled() || !FusedKernelsEnabled()) {
+    return donated;
   }
-  const at::Tensor& tensor = data.tensor();
-  return tensor.use_count() == 1 && tensor.has_storage() && tensor.storage().use_count() == 1 &&
-         tensor.device() == BackingDevice();
+  // By tensor: how many arguments hold it, and whether each may be overwritten.
+  std::unordered_map<const c10::TensorImpl*, std::pair<long, bool>> sharing;
+  for (const auto& argument : arguments) {
+    const LazyFuseBackendData& data = AsLazyFuseData(argument);
+    if (data.pending() || data.is_host_scalar()) {
+      continue;
+    }
+    auto& [holders, overwritable] =
+        sharing.try_emplace(data.tensor().unsafeGetTensorImpl(), 0, true).first->second;
+    ++holders;
+    overwritable = overwritable && GraphMayOverwrite(argument);
+  }
+  for (size_t k = 0; k < arguments.size(); ++k) {
+    const LazyFuseBackendData& data = AsLazyFuseData(arguments[k]);
+    if (data.pending() || data.is_host_scalar()) {
+      continue;
+    }
+    const at::Tensor& tensor = data.tensor();
+    const auto& [holders, overwritable] = sharing.at(tensor.unsafeGetTensorImpl());
+    donated[k] = overwritable && tensor.use_count() == holders && tensor.has_storage() &&
+                 tensor.storage().use_count() == 1 && tensor.device() == BackingDevice();
+  }
+  return donated;
 }
 
 struct LazyFuseDeviceType : torch::lazy::BackendDeviceType {
@@ -128,12 +160,6 @@ std::shared_ptr<KernelTarget> KernelTargetNow() {
 std::mutex g_last_program_mutex;
 std::shared_ptr<const Program> g_last_program;
 std::vector<std::shared_ptr<FusedKernel>> g_last_kernels;
-
-const LazyFuseBackendData& AsLazyFuseData(const torch::lazy::BackendDataPtr& data) {
-  const auto* ours = dynamic_cast<const LazyFuseBackendData*>(data.get());
-  TORCH_CHECK(ours != nullptr, "lazyfuse: data belongs to another LTC backend");
-  return *ours;
-}
 
 class LazyFuseBackendImpl : public torch::lazy::BackendImplInterface {
  public:
@@ -250,13 +276,11 @@ class LazyFuseBackendImpl : public torch::lazy::BackendImplInterface {
     const auto* ours = dynamic_cast<const LazyFuseComputation*>(computation.get());
     TORCH_CHECK(ours != nullptr, "lazyfuse: cannot execute a foreign computation");
     const std::shared_ptr<const Program>& program = ours->program();
+    const std::vector<bool> donated = DonatedArguments(arguments);
     std::vector<at::Tensor> parameters;
-    std::vector<bool> donated;
     parameters.reserve(arguments.size());
     for (const auto& argument : arguments) {
-      const LazyFuseBackendData& data = AsLazyFuseData(argument);
-      donated.push_back(MayDonate(argument, data));
-      parameters.push_back(data.tensor());
+      parameters.push_back(AsLazyFuseData(argument).tensor());
     }
     auto run = std::make_shared<ProgramRun>(StartProgram(program, std::move(parameters), donated));
     std::vector<torch::lazy::BackendDataPtr> results;
@@ -280,10 +304,14 @@ class LazyFuseBackendImpl : public torch::lazy::BackendImplInterface {
       NoteExecution(computation, arguments, results, device);
       return results;
     }
+    std::vector<std::function<at::Tensor()>> derived = DeriveBasesFromViews(outputs);
+    ShareIdenticalAliases(outputs);
     for (size_t i = 0; i < outputs.size(); ++i) {
       const BufferInfo& info = program->buffers[program->results[i]];
-      results.push_back(std::make_shared<LazyFuseBackendData>(
-          device, torch::lazy::Shape(info.dtype, info.sizes), std::move(outputs[i])));
+      const torch::lazy::Shape shape(info.dtype, info.sizes);
+      results.push_back(
+          derived[i] ? std::make_shared<LazyFuseBackendData>(device, shape, std::move(derived[i]))
+                     : std::make_shared<LazyFuseBackendData>(device, shape, std::move(outputs[i])));
     }
     NoteExecution(computation, arguments, results, device);
     return results;

@@ -225,12 +225,12 @@ void NoteSynced(const std::vector<torch::lazy::BackendDataPtr>& handles) {
     return;
   }
   // LTC fills each synced tensor's placeholder with a result's value: match
-  // them by the value's tensor.
-  std::unordered_map<const c10::TensorImpl*, size_t> by_value;
+  // them by the value (its tensor, or the pending value both share).
+  std::unordered_map<const void*, size_t> by_value;
   for (size_t i = 0; i < t_capture.graph_results.size(); ++i) {
     const auto* result = dynamic_cast<const LazyFuseBackendData*>(t_capture.graph_results[i].get());
     if (result != nullptr && result->HasValue()) {
-      by_value.emplace(result->tensor().unsafeGetTensorImpl(), i);
+      by_value.emplace(result->value_identity(), i);
     }
   }
   for (const auto& handle : handles) {
@@ -238,7 +238,7 @@ void NoteSynced(const std::vector<torch::lazy::BackendDataPtr>& handles) {
     if (data == nullptr || !data->HasValue()) {
       continue;
     }
-    auto it = by_value.find(data->tensor().unsafeGetTensorImpl());
+    auto it = by_value.find(data->value_identity());
     if (it != by_value.end()) {
       Hold(handle);
       t_capture.synced.emplace(handle.get(), it->second);

@@ -5,9 +5,11 @@
 #include <torch/csrc/lazy/core/metrics.h>
 
 #include <algorithm>
+#include <unordered_map>
 
 #include "ltc/config.h"
 #include "program/error_text.h"
+#include "program/memory_meter.h"
 
 namespace lazyfuse {
 
@@ -48,6 +50,83 @@ std::vector<uint8_t> StepsToRun(const Program& program,
   return runs;
 }
 
+// The distinct memory the run holds after step `at`, each buffer named by
+// the step that made it or the parameter it came in as.
+std::vector<HeldBuffer> HeldBuffers(const Program& program,
+                                    const std::vector<at::Tensor>& slots,
+                                    size_t at) {
+  std::vector<std::string> names(program.buffers.size());
+  for (size_t k = 0; k < program.parameters.size(); ++k) {
+    names[program.parameters[k]] = "parameter " + std::to_string(k);
+  }
+  for (const auto& constant : program.constants) {
+    names[constant.first] = "constant";
+  }
+  for (size_t i = 0; i <= at && i < program.steps.size(); ++i) {
+    for (BufferId id : program.steps[i].outputs) {
+      names[id] = program.steps[i].op + " (step " + std::to_string(i) + ")";
+    }
+  }
+  std::vector<HeldBuffer> held;
+  std::vector<const void*> seen;
+  for (size_t id = 0; id < slots.size(); ++id) {
+    const at::Tensor& slot = slots[id];
+    if (!slot.defined() || !slot.has_storage()) {
+      continue;
+    }
+    const void* storage = slot.storage().unsafeGetStorageImpl();
+    if (std::find(seen.begin(), seen.end(), storage) != seen.end()) {
+      continue;
+    }
+    seen.push_back(storage);
+    held.push_back(
+        {names[id] + " " + c10::str(slot.sizes()) + " " + c10::toString(slot.scalar_type()),
+         static_cast<int64_t>(slot.storage().nbytes())});
+  }
+  return held;
+}
+
+// Donated parameters may share one tensor (a parameter's value and its
+// detached view). A step may overwrite that memory only once no other of
+// them is read again: only the one read strictly last stays owned.
+void KeepOneOwnerPerTensor(const Program& program, ProgramRun& run) {
+  std::vector<int> last_read(program.buffers.size(), -1);
+  for (size_t i = 0; i < program.release_after.size(); ++i) {
+    for (BufferId id : program.release_after[i]) {
+      last_read[id] = static_cast<int>(i);
+    }
+  }
+  std::unordered_map<const c10::TensorImpl*, std::vector<BufferId>> sharing;
+  for (BufferId id : program.parameters) {
+    if (run.owned[id] != 0) {
+      sharing[run.slots[id].unsafeGetTensorImpl()].push_back(id);
+    }
+  }
+  for (const auto& entry : sharing) {
+    const std::vector<BufferId>& ids = entry.second;
+    if (ids.size() < 2) {
+      continue;
+    }
+    int latest = -1;
+    BufferId owner = -1;
+    bool tie = false;
+    for (BufferId id : ids) {
+      if (last_read[id] > latest) {
+        latest = last_read[id];
+        owner = id;
+        tie = false;
+      } else if (last_read[id] == latest) {
+        tie = true;
+      }
+    }
+    for (BufferId id : ids) {
+      if (id != owner || tie) {
+        run.owned[id] = run.donated[id] = 0;
+      }
+    }
+  }
+}
+
 }  // namespace
 
 ProgramRun StartProgram(std::shared_ptr<const Program> program,
@@ -73,6 +152,7 @@ ProgramRun StartProgram(std::shared_ptr<const Program> program,
   for (const auto& constant : program->constants) {
     run.slots[constant.first] = constant.second;
   }
+  KeepOneOwnerPerTensor(*program, run);
   run.program = std::move(program);
   return run;
 }
@@ -153,6 +233,9 @@ std::vector<at::Tensor> ContinueProgram(ProgramRun& run, const std::vector<bool>
       const BufferId id = step.outputs[j];
       slots[id] = std::move(outs[j]);
       run.owned[id] = SharesNoMemory(slots[id]);
+    }
+    if (MemoryMeter* meter = ActiveMemoryMeter(); meter != nullptr && meter->PeakUndescribed()) {
+      meter->DescribePeak(HeldBuffers(program, slots, i));
     }
     for (BufferId id : program.release_after[i]) {
       slots[id].reset();

@@ -17,6 +17,7 @@
 #include "ops/autocast.h"
 #include "ops/functionalized_composite.h"
 #include "program/compile_log.h"
+#include "program/memory_meter.h"
 #include "program/pending_graph.h"
 #include "python/bindings.h"
 #include "runtime/cuda/aot_compile.h"
@@ -105,6 +106,37 @@ PYBIND11_MODULE(_C, m) {
     return reinterpret_cast<uintptr_t>(data->tensor().const_data_ptr());
   });
   m.def("_set_donation", &SetDonation);
+  py::class_<MemoryMeter, std::shared_ptr<MemoryMeter>>(m, "_MemoryMeter")
+      .def_property_readonly("allocated", &MemoryMeter::allocated)
+      .def_property_readonly("peak", &MemoryMeter::peak)
+      .def_property_readonly("described_peak", &MemoryMeter::described_peak)
+      .def_property_readonly("held_at_peak", [](const MemoryMeter& meter) {
+        std::vector<std::pair<std::string, int64_t>> held;
+        for (const HeldBuffer& buffer : meter.held_at_peak()) {
+          held.emplace_back(buffer.what, buffer.bytes);
+        }
+        return held;
+      });
+  // Each live lazy tensor's data: (storage address, storage bytes, sizes).
+  m.def("_live_data", [] {
+    auto* executor = static_cast<LazyFuseGraphExecutor*>(torch::lazy::LazyGraphExecutor::Get());
+    std::vector<std::tuple<uintptr_t, int64_t, std::vector<int64_t>>> live;
+    for (const auto& tensor : executor->LiveTensorsOn(DefaultBackendDevice())) {
+      const auto* data =
+          dynamic_cast<const LazyFuseBackendData*>(tensor->CurrentDataHandle().get());
+      if (data == nullptr || !data->HasValue() || data->pending() ||
+          !data->tensor().has_storage()) {
+        continue;
+      }
+      const c10::Storage& storage = data->tensor().storage();
+      live.emplace_back(reinterpret_cast<uintptr_t>(storage.unsafeGetStorageImpl()),
+                        static_cast<int64_t>(storage.nbytes()),
+                        data->tensor().sizes().vec());
+    }
+    return live;
+  });
+  m.def("_start_memory_meter", [] { return StartMemoryMeter(BackingDevice().type()); });
+  m.def("_stop_memory_meter", &StopMemoryMeter);
   m.def("_counter_names", &torch::lazy::GetCounterNames);
   m.def("_counter_value", [](const std::string& name) -> int64_t {
     torch::lazy::CounterData* data = torch::lazy::GetCounter(name);

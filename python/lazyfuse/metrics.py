@@ -9,6 +9,10 @@ fell back to eager execution.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+from collections.abc import Iterator
+
 from lazyfuse import _C
 
 GRAPHS_EXECUTED = "LazyFuseGraphsExecuted"
@@ -66,6 +70,76 @@ def report() -> str:
         + (", ".join(f"{k}={v}" for k, v in sorted(fallbacks.items())) or "none")
     ]
     return "\n".join(lines) + "\n" + _C._metrics_report()
+
+
+@dataclasses.dataclass
+class MemoryReading:
+    """What :func:`track_memory` measured, in bytes.
+
+    ``peak_bytes`` and ``allocated_bytes`` count the backing device's
+    allocations made on this thread while tracking, eager or lazy: memory
+    allocated before it started is not counted. ``held_at_peak`` names the
+    buffers a lazyfuse graph held after the step that reached the peak, largest
+    first: ``(what, bytes)``, where ``what`` is the step that made the buffer, or
+    the graph parameter it came in as (a lazy tensor's data, which its owner
+    may also hold).
+    """
+
+    peak_bytes: int = 0
+    allocated_bytes: int = 0
+    held_at_peak: list[tuple[str, int]] = dataclasses.field(default_factory=list)
+
+    def describe(self, top: int = 10) -> str:
+        """The reading as text: the buffers held at the peak, summed by the
+        step that made them (graph parameters together), largest first."""
+        mib = 2**20
+        lines = [
+            f"peak {self.peak_bytes / mib:.2f} MiB, "
+            f"{self.allocated_bytes / mib:.2f} MiB still allocated"
+        ]
+        groups: dict[str, list[int]] = {}
+        for what, nbytes in self.held_at_peak:
+            if what.startswith("parameter "):
+                key = "graph parameters (lazy tensors' data)"
+            else:
+                key = what.split(" (step ")[0]
+            groups.setdefault(key, []).append(nbytes)
+        ranked = sorted(groups.items(), key=lambda item: -sum(item[1]))
+        if ranked:
+            lines.append("held by the graph at the peak:")
+        for key, sizes in ranked[:top]:
+            lines.append(f"  {sum(sizes) / mib:9.2f} MiB  {len(sizes):4d} x {key}")
+        if len(ranked) > top:
+            rest = sum(sum(sizes) for _, sizes in ranked[top:])
+            lines.append(f"  {rest / mib:9.2f} MiB  {len(ranked) - top} more kinds")
+        return "\n".join(lines)
+
+
+@contextlib.contextmanager
+def track_memory() -> Iterator[MemoryReading]:
+    """Measures the peak memory of the code inside, eager or lazy.
+
+    The analogue of ``torch.cuda.reset_peak_memory_stats()`` and
+    ``torch.cuda.max_memory_allocated()`` for the lazy device's backing device,
+    the CPU included. It reads allocations through the hook torch's profiler
+    uses, so it cannot run inside ``torch.profiler.profile(profile_memory=True)``,
+    and it counts this thread's allocations only (the executor's and eager's,
+    not those of worker threads an op starts). The reading fills in on exit::
+
+        with lazyfuse.metrics.track_memory() as reading:
+            train_step()
+            lazyfuse.mark_step()
+        print(reading.describe())
+    """
+    reading = MemoryReading()
+    meter = _C._start_memory_meter()
+    try:
+        yield reading
+    finally:
+        _C._stop_memory_meter(meter)
+        reading.peak_bytes = int(meter.peak)
+        reading.allocated_bytes = int(meter.allocated)
+        reading.held_at_peak = list(meter.held_at_peak)
 
 
 def reset() -> None:

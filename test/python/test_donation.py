@@ -314,3 +314,41 @@ def test_emulator_reports_a_read_after_an_in_place_write() -> None:
         lazyfuse.debug.launch_emulated_source(
             reversed_read, name, [in_place], [in_place], grid=3, block=32
         )
+
+
+def test_a_parameter_updates_in_place_though_its_view_shares_its_memory() -> None:
+    # nn.Parameter is functionalization's view of its base; the graph returns
+    # both, as one tensor, and the next update may still write over it.
+    torch.manual_seed(0)
+    p = torch.nn.Parameter(torch.randn(64).to(lazyfuse.lazy_device()))
+    g = torch.randn(64)
+    expected = p.detach().cpu().clone()
+    addresses = set()
+    for _ in range(3):
+        with torch.no_grad():
+            p.mul_(0.5).add_(g.to(p.device))
+        lazyfuse.mark_step()
+        expected = expected * 0.5 + g
+        addresses.add(lazyfuse.debug.data_address(p))
+    assert donated() >= 2
+    assert len(addresses) == 1
+    torch.testing.assert_close(p.detach().cpu(), expected)
+
+
+def test_a_shared_parameter_is_overwritten_after_every_read_of_it() -> None:
+    torch.manual_seed(0)
+    p = torch.nn.Parameter(torch.randn(48).to(lazyfuse.lazy_device()))
+    g = torch.randn(48)
+    lazyfuse.mark_step()
+    for _ in range(2):
+        host_p = p.detach().cpu().clone()
+        total = p.sum()  # reads the view
+        scaled = p * 3
+        with torch.no_grad():
+            p.mul_(0.5).add_(g.to(p.device))  # updates the base
+        after = p * 2
+        lazyfuse.mark_step()
+        torch.testing.assert_close(total.cpu(), host_p.sum())
+        torch.testing.assert_close(scaled.detach().cpu(), host_p * 3)
+        torch.testing.assert_close(after.detach().cpu(), (host_p * 0.5 + g) * 2)
+        torch.testing.assert_close(p.detach().cpu(), host_p * 0.5 + g)

@@ -1,0 +1,65 @@
+#include "fusion/step_roles.h"
+
+#include "fusion/rules.h"
+
+namespace lazyfuse {
+
+Role RoleOf(const Step& step, const Program& program) {
+  if (step.kind == StepKind::kCollective || !step.operand_arity.empty()) {
+    return Role::kOpaque;  // tensor-list operands: cat, stack, index
+  }
+  if (ReductionRuleFor(step, program)) {
+    return Role::kReduction;
+  }
+  if (ViewRuleFor(step, program)) {
+    return Role::kView;
+  }
+  if (PointwiseRuleFor(step, program)) {
+    return Role::kPointwise;
+  }
+  return Role::kOpaque;
+}
+
+bool BroadcastsTo(const std::vector<int64_t>& from, const std::vector<int64_t>& to) {
+  if (from.size() > to.size()) {
+    return false;
+  }
+  const size_t offset = to.size() - from.size();
+  for (size_t d = 0; d < from.size(); ++d) {
+    if (from[d] != 1 && from[d] != to[offset + d]) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool FitsDomain(const std::vector<int64_t>& shape, const std::vector<int64_t>& domain) {
+  return ShapeNumel(shape) == ShapeNumel(domain) || BroadcastsTo(shape, domain);
+}
+
+bool ResultAliasSavesMemory(const Program& program, size_t i, const std::vector<bool>& is_result) {
+  std::vector<int> made_by(program.buffers.size(), -1);
+  for (size_t s = 0; s < i; ++s) {
+    for (BufferId id : program.steps[s].outputs) {
+      made_by[id] = static_cast<int>(s);
+    }
+  }
+  bool reshapes_only = true;
+  for (size_t s = i;;) {
+    const Step& step = program.steps[s];
+    const std::optional<ViewRule> rule = ViewRuleFor(step, program);
+    if (!rule || step.inputs.empty() ||
+        (rule->kind != ViewKind::kReshape && rule->kind != ViewKind::kPermute)) {
+      return false;
+    }
+    reshapes_only = reshapes_only && rule->kind == ViewKind::kReshape;
+    const BufferId input = step.inputs[0];
+    const int maker = made_by[input];
+    if (maker < 0 || RoleOf(program.steps[maker], program) != Role::kView) {
+      return reshapes_only || is_result[input];
+    }
+    s = static_cast<size_t>(maker);
+  }
+}
+
+}  // namespace lazyfuse

@@ -1,0 +1,131 @@
+"""Memory: lazyfuse.metrics.track_memory, what a training step leaves held,
+and results that alias each other (a view kept next to its base).
+
+Figures come from track_memory, which counts the backing device's allocator
+bytes and is deterministic, never from RSS."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import lazyfuse
+from conftest import REFERENCE_DEVICE
+from lazyfuse.metrics import track_memory
+
+MIB = 2**20
+
+
+def backing_tensor(nbytes: int) -> torch.Tensor:
+    return torch.empty(nbytes // 4, dtype=torch.float32, device=REFERENCE_DEVICE)
+
+
+def test_track_memory_measures_peak_and_net_allocations() -> None:
+    with track_memory() as reading:
+        a = backing_tensor(1 * MIB)
+        b = backing_tensor(2 * MIB)
+        del a
+        c = backing_tensor(1 * MIB)
+        del b, c
+    assert reading.peak_bytes == 3 * MIB
+    assert reading.allocated_bytes == 0
+
+
+def test_track_memory_nests() -> None:
+    with track_memory() as outer:
+        a = backing_tensor(1 * MIB)
+        with track_memory() as inner:
+            b = backing_tensor(2 * MIB)
+        del a, b
+    assert inner.peak_bytes == 2 * MIB and inner.allocated_bytes == 2 * MIB
+    assert outer.peak_bytes == 3 * MIB and outer.allocated_bytes == 0
+
+
+def test_track_memory_refuses_the_profilers_hook_when_taken() -> None:
+    with torch.profiler.profile(profile_memory=True):
+        with pytest.raises(RuntimeError, match="torch.profiler is recording"):
+            with track_memory():
+                pass
+    with track_memory() as reading:  # the process stays usable
+        backing_tensor(MIB)
+    assert reading.peak_bytes == MIB
+
+
+def test_track_memory_names_the_buffers_a_graph_holds_at_its_peak(lazy: torch.device) -> None:
+    x = torch.randn(256, 256).to(lazy)
+    lazyfuse.mark_step()
+    with track_memory() as reading:
+        y = (x @ x).relu().sum()
+        lazyfuse.mark_step()
+    assert reading.peak_bytes >= 256 * 256 * 4
+    names = " ".join(what for what, _ in reading.held_at_peak)
+    assert "aten::mm" in names or "aten::matmul" in names, reading.held_at_peak
+    assert "MiB" in reading.describe()
+    assert y.item() >= 0
+
+
+def mlp_training(device: torch.device, steps: int = 3) -> tuple[int, int, list[float]]:
+    """Peak and held bytes over a whole run, from model creation on."""
+    with track_memory() as reading:
+        torch.manual_seed(0)
+        model = nn.Sequential(
+            nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, 128)
+        ).to(device)
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        x = torch.randn(32, 128).to(device)
+        losses = []
+        for _ in range(steps):
+            opt.zero_grad()
+            loss = model(x).square().mean()
+            loss.backward()
+            opt.step()
+            lazyfuse.mark_step()
+            losses.append(loss.item())
+        del loss
+    return reading.peak_bytes, reading.allocated_bytes, losses
+
+
+def test_training_holds_what_eager_holds(lazy: torch.device, engine: str) -> None:
+    # Parameters, gradients and Adam's two moments, once each. Each gradient
+    # is the transpose of a matmul, which functionalization keeps as the
+    # view's base; both used to be held, and every parameter twice over (its
+    # value, and a detached copy that nn.Parameter's view made).
+    eager_peak, eager_held, eager_losses = mlp_training(torch.device(REFERENCE_DEVICE))
+    peak, held, losses = mlp_training(lazy)
+    assert losses == pytest.approx(eager_losses, rel=1e-5)
+    state = 3 * (128 * 128 + 128) * 4
+    assert held <= eager_held + state // 10, (held, eager_held)
+    # The peak is still above eager's (docs/performance.md, "Memory"): new
+    # values are written before the old are let go, and ATen steps, which
+    # never write over their inputs, allocate Adam's new parameters and
+    # moments too. This bounds the gap.
+    extra = 4 if engine == "aten" else 2
+    assert peak <= eager_peak + extra * state, (peak, eager_peak)
+
+
+def test_a_view_and_its_base_both_read_right(lazy: torch.device, engine: str) -> None:
+    # Both are results; the base is kept as a function of the view's copy.
+    x = torch.randn(6, 4)
+    base = x.to(lazy) * 2
+    view = base.t()
+    lazyfuse.mark_step()
+    assert torch.equal(view.cpu(), (x * 2).t())
+    assert torch.equal(base.cpu(), x * 2)
+    view.add_(1)  # writes through to the base, as in eager
+    lazyfuse.mark_step()
+    expected = x * 2
+    expected.t().add_(1)
+    assert torch.equal(base.cpu(), expected)
+    assert torch.equal(view.cpu(), expected.t())
+
+
+def test_permuted_views_of_a_base_read_right(lazy: torch.device, engine: str) -> None:
+    x = torch.randn(2, 3, 4)
+    base = x.to(lazy) + 1
+    first = base.permute(2, 0, 1)
+    second = base.transpose(0, 2)
+    lazyfuse.mark_step()
+    assert torch.equal(second.cpu(), (x + 1).transpose(0, 2))
+    assert torch.equal(first.cpu(), (x + 1).permute(2, 0, 1))
+    assert torch.equal(base.cpu(), x + 1)
