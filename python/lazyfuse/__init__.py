@@ -36,7 +36,7 @@ def _check_torch_version() -> None:
 
 _check_torch_version()
 
-from lazyfuse import _C, _torch_lazy  # noqa: E402
+from lazyfuse import _C, _torch_lazy, device_module  # noqa: E402
 
 # torch defines some custom ops only on first use (linear_cross_entropy's
 # chunked variants). Defined before init, they are registered to run with
@@ -50,6 +50,7 @@ for _module in ("torch.nn.modules.linear_cross_entropy",):
 # Importing lazyfuse registers it as the process's `lazy` device.
 _C._init()
 _torch_lazy.install()
+device_module.register()
 # Frames under these folders are never a user's call site (compile log).
 _C._set_library_dirs(
     sorted(
