@@ -78,3 +78,14 @@ def test_cpu_kernels_bench_times_every_engine(tmp_path: Path) -> None:
         for engine in engines
     }
     assert all(row["us"] > 0 and row["% of copy"] > 0 for row in rows)
+
+
+def test_memory_smoke_measures_every_case_and_engine(tmp_path: Path) -> None:
+    report = smoke_report("memory", tmp_path)
+    measured = {(row["case"], row["engine"]) for row in report["results"]}
+    assert {case for case, _ in measured} == set(report["cases"]) and len(measured) == 12
+    for row in report["results"]:
+        assert row["peak_mib"] >= row["held_mib"] > 0, row
+    lazy = [row for row in report["results"] if row["engine"] != "eager"]
+    assert all("held by the graph at the peak" in row["held_at_peak"] for row in lazy)
+    assert "| mlp-2048 | lazyfuse |" in (tmp_path / "memory.md").read_text()
