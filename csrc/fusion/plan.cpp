@@ -51,8 +51,9 @@ void AssignGroupBuffers(const Program& program, FusionPlan& plan) {
       }
     }
   }
-  for (BufferId id : program.results) {
-    materialised[id] = true;
+  const std::vector<bool> kept = KeptResults(program);
+  for (size_t id = 0; id < kept.size(); ++id) {
+    materialised[id] = materialised[id] || kept[id];
   }
   for (FusionGroup& group : plan.groups) {
     for (size_t s : group.steps) {

@@ -25,9 +25,7 @@ class Planner {
         readers_[id].push_back(i);
       }
     }
-    for (BufferId id : program.results) {
-      is_result_[id] = true;
-    }
+    is_result_ = KeptResults(program);
   }
 
   FusionPlan Run() {
@@ -262,13 +260,13 @@ class Planner {
     return std::any_of(step.outputs.begin(),
                        step.outputs.end(),
                        [&](BufferId id) { return is_result_[id]; }) &&
-           ResultAliasSavesMemory(program_, i, is_result_);
+           ResultAliasSavesMemory(program_, i);
   }
 
-  // A view whose value outlives the graph (p.grad as the transpose of a
-  // matmul, a detached parameter) aliases its input, as in eager, instead of
-  // being a copy a kernel writes: both would be held after the step. It goes
-  // in a view-only group, sealed so that no kernel joins it.
+  // A reshape whose value outlives the graph (a detached parameter) aliases
+  // its input, as in eager, instead of being a copy a kernel writes: both
+  // would be held after the step. It goes in a view-only group, sealed so
+  // that no kernel joins it.
   void AddResultView(size_t i) {
     const Step& step = program_.steps[i];
     const int producer = producer_[step.inputs[0]];

@@ -37,29 +37,25 @@ bool FitsDomain(const std::vector<int64_t>& shape, const std::vector<int64_t>& d
   return ShapeNumel(shape) == ShapeNumel(domain) || BroadcastsTo(shape, domain);
 }
 
-bool ResultAliasSavesMemory(const Program& program, size_t i, const std::vector<bool>& is_result) {
+bool ResultAliasSavesMemory(const Program& program, size_t i) {
   std::vector<int> made_by(program.buffers.size(), -1);
   for (size_t s = 0; s < i; ++s) {
     for (BufferId id : program.steps[s].outputs) {
       made_by[id] = static_cast<int>(s);
     }
   }
-  bool reshapes_only = true;
-  for (size_t s = i;;) {
+  for (int s = static_cast<int>(i); s >= 0;) {
     const Step& step = program.steps[s];
+    if (RoleOf(step, program) != Role::kView) {
+      return true;  // the chain's root: made by a step that is no view
+    }
     const std::optional<ViewRule> rule = ViewRuleFor(step, program);
-    if (!rule || step.inputs.empty() ||
-        (rule->kind != ViewKind::kReshape && rule->kind != ViewKind::kPermute)) {
+    if (!rule || step.inputs.empty() || rule->kind != ViewKind::kReshape) {
       return false;
     }
-    reshapes_only = reshapes_only && rule->kind == ViewKind::kReshape;
-    const BufferId input = step.inputs[0];
-    const int maker = made_by[input];
-    if (maker < 0 || RoleOf(program.steps[maker], program) != Role::kView) {
-      return reshapes_only || is_result[input];
-    }
-    s = static_cast<size_t>(maker);
+    s = made_by[step.inputs[0]];
   }
+  return true;  // a parameter's or a constant's view
 }
 
 }  // namespace lazyfuse

@@ -23,11 +23,9 @@ bool BroadcastsTo(const std::vector<int64_t>& from, const std::vector<int64_t>& 
 bool FitsDomain(const std::vector<int64_t>& shape, const std::vector<int64_t>& domain);
 
 // Whether returning view step `i`'s result as an alias of its input, rather
-// than as a copy a kernel writes, saves memory. Device data is contiguous, so
-// a non-contiguous result is copied anyway: a chain of reshapes (detach,
-// view) aliases as laid out, and a permutation is worth it only when the
-// chain's root is a result too (`is_result`, by buffer), whose memory the
-// view's copy then stands in for (ltc/result_aliases.h).
-bool ResultAliasSavesMemory(const Program& program, size_t i, const std::vector<bool>& is_result);
+// than as a copy a kernel writes, saves memory: when the view is a chain of
+// reshapes (detach, view), which alias as laid out. Device data is
+// contiguous, so any other alias would be copied when it becomes data.
+bool ResultAliasSavesMemory(const Program& program, size_t i);
 
 }  // namespace lazyfuse

@@ -97,6 +97,15 @@ const LazyFuseBackendData& AsLazyFuseData(const torch::lazy::BackendDataPtr& dat
   return *ours;
 }
 
+// By result, the entry that derives it, or nullptr.
+std::vector<const DerivedResult*> DerivedByResult(const Program& program) {
+  std::vector<const DerivedResult*> derived(program.results.size(), nullptr);
+  for (const DerivedResult& entry : program.derived_results) {
+    derived[entry.result] = &entry;
+  }
+  return derived;
+}
+
 // By argument, whether the graph may write over its memory: nothing but the
 // graph reads the data afterwards, and no other tensor shares the memory.
 // Arguments may share one tensor (a parameter's value and its detached view,
@@ -249,11 +258,15 @@ class LazyFuseBackendImpl : public torch::lazy::BackendImplInterface {
     for (auto& instance : instances) {
       const auto* computation = dynamic_cast<const LazyFuseComputation*>(instance.get());
       TORCH_CHECK(computation != nullptr, "lazyfuse: cannot compile a foreign computation");
-      const std::shared_ptr<const Program>& program = computation->program();
+      auto derived = std::make_shared<Program>(*computation->program());
+      DeriveBaseResults(*derived);
+      const std::shared_ptr<const Program> program = std::move(derived);
       RecordCompile(*program,
                     program->steps.size() + program->parameters.size() + program->constants.size());
       std::vector<std::shared_ptr<FusedKernel>> kernels;
-      if (fuse) {
+      if (!fuse) {
+        instance = std::make_shared<LazyFuseComputation>(program);
+      } else {
         instance = std::make_shared<LazyFuseComputation>(
             std::make_shared<const Program>(BuildFusedProgram(program,
                                                               PlanFusion(*program),
@@ -294,24 +307,44 @@ class LazyFuseBackendImpl : public torch::lazy::BackendImplInterface {
       }
       FailWithResultsPending(std::current_exception(), WhyResultsPending(*run));
       auto finished = std::make_shared<FinishLater>(std::move(run));
+      const std::vector<const DerivedResult*> derived = DerivedByResult(*program);
       for (size_t i = 0; i < program->results.size(); ++i) {
         const BufferInfo& info = program->buffers[program->results[i]];
+        std::function<at::Tensor()> finish;
+        if (const DerivedResult* entry = derived[i]) {
+          finish = [finished,
+                    entry = *entry,
+                    sizes = info.sizes,
+                    holder = finished->Holder(entry->from)] {
+            return MakeDerivedResult(entry, sizes, finished->Result(entry.from));
+          };
+        } else {
+          finish = [finished, i, holder = finished->Holder(i)] { return finished->Result(i); };
+        }
         results.push_back(std::make_shared<LazyFuseBackendData>(
-            device,
-            torch::lazy::Shape(info.dtype, info.sizes),
-            [finished, i, holder = finished->Holder(i)] { return finished->Result(i); }));
+            device, torch::lazy::Shape(info.dtype, info.sizes), std::move(finish)));
       }
       NoteExecution(computation, arguments, results, device);
       return results;
     }
-    std::vector<std::function<at::Tensor()>> derived = DeriveBasesFromViews(outputs);
+    const std::vector<const DerivedResult*> derived = DerivedByResult(*program);
+    for (const DerivedResult& entry : program->derived_results) {
+      // Made from the value the sync keeps: contiguous, as device data is.
+      outputs[entry.from] = outputs[entry.from].contiguous();
+    }
     ShareIdenticalAliases(outputs);
     for (size_t i = 0; i < outputs.size(); ++i) {
       const BufferInfo& info = program->buffers[program->results[i]];
       const torch::lazy::Shape shape(info.dtype, info.sizes);
-      results.push_back(
-          derived[i] ? std::make_shared<LazyFuseBackendData>(device, shape, std::move(derived[i]))
-                     : std::make_shared<LazyFuseBackendData>(device, shape, std::move(outputs[i])));
+      if (const DerivedResult* entry = derived[i]) {
+        results.push_back(std::make_shared<LazyFuseBackendData>(
+            device, shape, [entry = *entry, sizes = info.sizes, from = outputs[entry->from]] {
+              return MakeDerivedResult(entry, sizes, from);
+            }));
+      } else {
+        results.push_back(
+            std::make_shared<LazyFuseBackendData>(device, shape, std::move(outputs[i])));
+      }
     }
     NoteExecution(computation, arguments, results, device);
     return results;

@@ -2,47 +2,99 @@
 
 #include <ATen/Functions.h>
 
+#include <optional>
+
+#include "fusion/rules.h"
+#include "runtime/view_group.h"
+
 namespace lazyfuse {
 namespace {
 
-// Whether `view` holds each element of `base`, the contiguous tensor whose
-// memory it shares, exactly once.
-bool PermutesAllOf(const at::Tensor& view, const at::Tensor& base) {
-  return base.defined() && base.has_storage() && base.is_contiguous() &&
-         base.storage().is_alias_of(view.storage()) &&
-         base.storage_offset() == view.storage_offset() &&
-         base.scalar_type() == view.scalar_type() && base.numel() == view.numel() &&
-         view.is_non_overlapping_and_dense();
+// The strides of result `view`'s value inside its root buffer's contiguous
+// memory, when it reaches the root through transposes, permutes and
+// reshapes that keep every element once. `root` is set to that buffer.
+std::optional<at::Tensor> PermutationOfRoot(const Program& program,
+                                            const std::vector<int>& made_by,
+                                            BufferId view,
+                                            BufferId* root) {
+  std::vector<const Step*> chain;
+  std::vector<ViewRule> rules;
+  BufferId current = view;
+  while (made_by[current] >= 0) {
+    const Step& step = program.steps[made_by[current]];
+    const std::optional<ViewRule> rule = ViewRuleFor(step, program);
+    if (!rule) {
+      break;
+    }
+    if (step.inputs.empty() ||
+        (rule->kind != ViewKind::kReshape && rule->kind != ViewKind::kPermute)) {
+      return std::nullopt;
+    }
+    chain.push_back(&step);
+    rules.push_back(*rule);
+    current = step.inputs[0];
+  }
+  if (chain.empty() || made_by[current] < 0) {
+    return std::nullopt;  // not a view, or a view of a parameter
+  }
+  const BufferInfo& base = program.buffers[current];
+  const at::Tensor meta =
+      at::empty(base.sizes, at::TensorOptions().dtype(base.dtype).device(at::kMeta));
+  at::Tensor alias = meta;
+  for (size_t k = chain.size(); k-- > 0;) {
+    alias = AliasView(alias, rules[k], program.buffers[chain[k]->outputs[0]].sizes);
+    if (!alias.is_alias_of(meta)) {
+      return std::nullopt;  // a reshape that copies
+    }
+  }
+  if (alias.is_contiguous() || alias.storage_offset() != 0 || alias.numel() != meta.numel() ||
+      !alias.is_non_overlapping_and_dense()) {
+    return std::nullopt;
+  }
+  *root = current;
+  return alias;
 }
 
 }  // namespace
 
-std::vector<std::function<at::Tensor()>> DeriveBasesFromViews(std::vector<at::Tensor>& outputs) {
-  std::vector<std::function<at::Tensor()>> derived(outputs.size());
-  for (size_t v = 0; v < outputs.size(); ++v) {
-    const at::Tensor view = outputs[v];
-    if (!view.defined() || !view.has_storage() || view.is_contiguous() || view.numel() == 0) {
-      continue;
-    }
-    for (size_t b = 0; b < outputs.size(); ++b) {
-      if (b == v || !PermutesAllOf(view, outputs[b])) {
-        continue;
-      }
-      at::Tensor copy = view.contiguous();
-      derived[b] = [copy,
-                    base_sizes = outputs[b].sizes().vec(),
-                    view_sizes = view.sizes().vec(),
-                    view_strides = view.strides().vec()] {
-        at::Tensor base = at::empty(base_sizes, copy.options());
-        base.as_strided(view_sizes, view_strides).copy_(copy);
-        return base;
-      };
-      outputs[v] = std::move(copy);
-      outputs[b].reset();
-      break;
+void DeriveBaseResults(Program& program) {
+  std::vector<int> made_by(program.buffers.size(), -1);
+  for (size_t i = 0; i < program.steps.size(); ++i) {
+    for (BufferId id : program.steps[i].outputs) {
+      made_by[id] = static_cast<int>(i);
     }
   }
-  return derived;
+  std::vector<bool> derived(program.buffers.size(), false);
+  std::vector<bool> source(program.buffers.size(), false);
+  for (size_t v = 0; v < program.results.size(); ++v) {
+    if (derived[program.results[v]]) {
+      continue;
+    }
+    BufferId root = -1;
+    const std::optional<at::Tensor> alias =
+        PermutationOfRoot(program, made_by, program.results[v], &root);
+    if (!alias || derived[root] || source[root]) {
+      continue;
+    }
+    for (size_t k = 0; k < program.results.size(); ++k) {
+      if (program.results[k] == root) {
+        program.derived_results.push_back({k, v, alias->sizes().vec(), alias->strides().vec()});
+        derived[root] = true;
+        source[program.results[v]] = true;
+      }
+    }
+  }
+  if (!program.derived_results.empty()) {
+    ComputeLifetimes(program);
+  }
+}
+
+at::Tensor MakeDerivedResult(const DerivedResult& entry,
+                             const std::vector<int64_t>& sizes,
+                             const at::Tensor& from) {
+  at::Tensor value = at::empty(sizes, from.options());
+  value.as_strided(entry.from_sizes, entry.from_strides).copy_(from);
+  return value;
 }
 
 void ShareIdenticalAliases(std::vector<at::Tensor>& outputs) {

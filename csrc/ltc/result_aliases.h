@@ -1,25 +1,31 @@
 #pragma once
 
-// Results of one graph run that share memory. Functionalization keeps a
-// view's base alive next to the view: p.grad is the transpose of the matmul
-// that made it, and both are graph results. The run returns the view as an
-// alias of the base, but device data is contiguous (backend_data.h), so the
-// view gets a copy of its own, and holding the base as well would keep two
-// copies of one value for the whole next step. The base is instead derived
-// from the view's copy, on its first read, which a training step never makes.
+// Results of one graph that hold the same values. Functionalization keeps a
+// view's base alive beside the view, so a graph returns both: p.grad and the
+// matmul output it is the transpose of; an nn.Parameter and the base it is a
+// detached view of. Kept apart, every gradient and parameter would be held
+// twice after a step.
 
 #include <ATen/Tensor.h>
 
-#include <functional>
 #include <vector>
+
+#include "program/program.h"
 
 namespace lazyfuse {
 
-// Makes each non-contiguous result that holds every element of a contiguous
-// result, in another order, a contiguous copy, and drops that base result:
-// its slot comes back undefined, with the function that makes it from the
-// copy at the same index. Other slots' functions are empty.
-std::vector<std::function<at::Tensor()>> DeriveBasesFromViews(std::vector<at::Tensor>& outputs);
+// Marks each result that another result is a permutation of (through
+// transposes, permutes and reshapes) as derived from it, and recomputes the
+// Program's lifetimes: the run then drops the base after its last read, and
+// its data is made from the view's on its first read, which a training step
+// never makes.
+void DeriveBaseResults(Program& program);
+
+// The value of derived result `entry`, a tensor of `sizes`, from the value
+// of the result it is derived from.
+at::Tensor MakeDerivedResult(const DerivedResult& entry,
+                             const std::vector<int64_t>& sizes,
+                             const at::Tensor& from);
 
 // Makes results that are the same elements laid out alike (a parameter's
 // value and its detached view) one tensor, so that the next graph may write

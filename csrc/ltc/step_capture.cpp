@@ -226,13 +226,16 @@ void NoteSynced(const std::vector<torch::lazy::BackendDataPtr>& handles) {
   }
   // LTC fills each synced tensor's placeholder with a result's value: match
   // them by the value (its tensor, or the pending value both share).
-  std::unordered_map<const void*, size_t> by_value;
+  // Results that are one tensor (identical aliases, result_aliases.h) go to
+  // the handles in order, so that a replay gives each its own data again.
+  std::unordered_map<const void*, std::vector<size_t>> by_value;
   for (size_t i = 0; i < t_capture.graph_results.size(); ++i) {
     const auto* result = dynamic_cast<const LazyFuseBackendData*>(t_capture.graph_results[i].get());
     if (result != nullptr && result->HasValue()) {
-      by_value.emplace(result->value_identity(), i);
+      by_value[result->value_identity()].push_back(i);
     }
   }
+  std::unordered_map<const void*, size_t> taken;
   for (const auto& handle : handles) {
     const auto* data = dynamic_cast<const LazyFuseBackendData*>(handle.get());
     if (data == nullptr || !data->HasValue()) {
@@ -240,8 +243,10 @@ void NoteSynced(const std::vector<torch::lazy::BackendDataPtr>& handles) {
     }
     auto it = by_value.find(data->value_identity());
     if (it != by_value.end()) {
+      size_t& next = taken[it->first];
       Hold(handle);
-      t_capture.synced.emplace(handle.get(), it->second);
+      t_capture.synced.emplace(handle.get(), it->second[std::min(next, it->second.size() - 1)]);
+      ++next;
     }
   }
 }

@@ -5,6 +5,7 @@
 #include <torch/csrc/lazy/core/metrics.h>
 
 #include <algorithm>
+#include <numeric>
 #include <unordered_map>
 
 #include "ltc/config.h"
@@ -32,8 +33,13 @@ std::vector<uint8_t> StepsToRun(const Program& program,
     return runs;
   }
   std::vector<uint8_t> read(program.buffers.size(), 0);
+  std::vector<size_t> source(program.results.size());
+  std::iota(source.begin(), source.end(), 0);
+  for (const DerivedResult& entry : program.derived_results) {
+    source[entry.result] = entry.from;  // made from that result's value
+  }
   for (size_t k = 0; k < program.results.size(); ++k) {
-    read[program.results[k]] |= static_cast<uint8_t>(k < wanted.size() && wanted[k]);
+    read[program.results[source[k]]] |= static_cast<uint8_t>(k < wanted.size() && wanted[k]);
   }
   for (size_t i = program.steps.size(); i-- > from;) {
     const Step& step = program.steps[i];

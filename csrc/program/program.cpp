@@ -196,6 +196,9 @@ std::string Program::ToString() const {
     out << "\n";
   }
   out << "  results: " << FormatBufferList(*this, results) << "\n";
+  for (const DerivedResult& entry : derived_results) {
+    out << "  derived: result " << entry.result << " from result " << entry.from << "\n";
+  }
   return out.str();
 }
 
@@ -249,8 +252,11 @@ void ComputeLifetimes(Program& p) {
       last_use[id] = std::max(last_use[id], static_cast<int>(i));
     }
   }
-  for (BufferId id : p.results) {
-    last_use[id] = kKeep;
+  const std::vector<bool> kept = KeptResults(p);
+  for (const auto id : c10::irange(p.buffers.size())) {
+    if (kept[id]) {
+      last_use[id] = kKeep;
+    }
   }
   p.release_after.assign(p.steps.size(), {});
   for (const auto id : c10::irange(p.buffers.size())) {
@@ -259,6 +265,18 @@ void ComputeLifetimes(Program& p) {
       p.release_after[last].push_back(static_cast<BufferId>(id));
     }
   }
+}
+
+std::vector<bool> KeptResults(const Program& program) {
+  std::vector<bool> kept(program.buffers.size(), false);
+  std::vector<bool> derived(program.results.size(), false);
+  for (const DerivedResult& entry : program.derived_results) {
+    derived[entry.result] = true;
+  }
+  for (size_t k = 0; k < program.results.size(); ++k) {
+    kept[program.results[k]] = kept[program.results[k]] || !derived[k];
+  }
+  return kept;
 }
 
 Program ProgramBuilder::Finish() {

@@ -125,6 +125,18 @@ struct Step {
   std::string qualified_op() const;
 };
 
+// A result the run does not keep: result `result` holds the values of
+// result `from`, a permutation of it (p.grad is the transpose of the matmul
+// that made it, and functionalization keeps that matmul's output as the
+// view's base). It is made from `from` on its first read, placing `from`'s
+// elements with `from_strides` in a contiguous tensor (ltc/result_aliases.h).
+struct DerivedResult {
+  size_t result = 0;
+  size_t from = 0;
+  std::vector<int64_t> from_sizes;
+  std::vector<int64_t> from_strides;
+};
+
 struct Program {
   std::vector<BufferInfo> buffers;
   // parameters[k] is the buffer bound to the k-th computation argument.
@@ -132,6 +144,7 @@ struct Program {
   std::vector<std::pair<BufferId, at::Tensor>> constants;
   std::vector<Step> steps;
   std::vector<BufferId> results;
+  std::vector<DerivedResult> derived_results;
   // Buffers whose last reader is step i, dropped right after it runs.
   std::vector<std::vector<BufferId>> release_after;
   // Work done before each run, given its parameters: a kernel target that
@@ -143,6 +156,9 @@ struct Program {
 
 // Fills program.release_after from the steps' reads and writes.
 void ComputeLifetimes(Program& program);
+
+// By buffer, whether the run returns it: a result that is not derived.
+std::vector<bool> KeptResults(const Program& program);
 
 class ProgramBuilder {
  public:

@@ -61,6 +61,7 @@ Program BuildFusedProgram(std::shared_ptr<const Program> program,
   out.parameters = program->parameters;
   out.constants = program->constants;
   out.results = program->results;
+  out.derived_results = program->derived_results;
   for (const FusionGroup& group : plan.groups) {
     if (group.kind == GroupKind::kAten) {
       out.steps.push_back(program->steps[group.steps.front()]);

@@ -96,12 +96,20 @@ def test_training_holds_what_eager_holds(lazy: torch.device, engine: str) -> Non
     assert losses == pytest.approx(eager_losses, rel=1e-5)
     state = 3 * (128 * 128 + 128) * 4
     assert held <= eager_held + state // 10, (held, eager_held)
-    # The peak is still above eager's (docs/performance.md, "Memory"): new
-    # values are written before the old are let go, and ATen steps, which
-    # never write over their inputs, allocate Adam's new parameters and
-    # moments too. This bounds the gap.
-    extra = 4 if engine == "aten" else 2
-    assert peak <= eager_peak + extra * state, (peak, eager_peak)
+    if engine == "aten":
+        # ATen steps never write over their inputs, so Adam's new parameters
+        # and moments are new buffers (docs/performance.md, "Memory").
+        assert peak <= eager_peak + 4 * state, (peak, eager_peak)
+    else:
+        # The target: with fused kernels, no more than 1.1x eager.
+        assert peak <= 1.1 * eager_peak, (peak, eager_peak)
+
+
+def test_a_gradients_matmul_output_is_derived_not_kept(lazy: torch.device, engine: str) -> None:
+    # p.grad is the transpose of the matmul that made it, and both are
+    # results; the run drops the matmul's output and derives it on demand.
+    mlp_training(lazy, steps=1)
+    assert "derived: result" in lazyfuse.debug.last_program()
 
 
 def test_a_view_and_its_base_both_read_right(lazy: torch.device, engine: str) -> None:
