@@ -24,7 +24,7 @@ class LazyFuseBackendData : public torch::lazy::BackendData {
   // A value made on its first read by `pending`, again on the next read if
   // it fails: a result of a graph that failed after it had overwritten some
   // of its parameters (`pending` finishes the graph), or a view's base kept
-  // as a function of the view (result_aliases.h).
+  // as a function of the view (runtime/result_aliases.h).
   LazyFuseBackendData(torch::lazy::BackendDevice device,
                       torch::lazy::Shape shape,
                       std::function<at::Tensor()> pending);

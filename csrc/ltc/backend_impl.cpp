@@ -12,7 +12,6 @@
 #include "ltc/config.h"
 #include "ltc/device_data.h"
 #include "ltc/graph_executor.h"
-#include "ltc/result_aliases.h"
 #include "ltc/step_replay.h"
 #include "ops/ir_builder.h"
 #include "program/compile_log.h"
@@ -22,6 +21,7 @@
 #include "runtime/cuda/target.h"
 #include "runtime/emulated/target.h"
 #include "runtime/fused_program.h"
+#include "runtime/result_aliases.h"
 
 namespace lazyfuse {
 namespace {
@@ -109,7 +109,7 @@ std::vector<const DerivedResult*> DerivedByResult(const Program& program) {
 // By argument, whether the graph may write over its memory: nothing but the
 // graph reads the data afterwards, and no other tensor shares the memory.
 // Arguments may share one tensor (a parameter's value and its detached view,
-// kept as one tensor by result_aliases.h); they are donated together, when
+// kept as one tensor by runtime/result_aliases.h); they are donated together, when
 // every one of them may be overwritten, and the run overwrites the memory
 // only at the last read of any of them (StartProgram).
 std::vector<bool> DonatedArguments(c10::ArrayRef<torch::lazy::BackendDataPtr> arguments) {

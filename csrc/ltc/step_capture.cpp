@@ -226,7 +226,7 @@ void NoteSynced(const std::vector<torch::lazy::BackendDataPtr>& handles) {
   }
   // LTC fills each synced tensor's placeholder with a result's value: match
   // them by the value (its tensor, or the pending value both share).
-  // Results that are one tensor (identical aliases, result_aliases.h) go to
+  // Results that are one tensor (identical aliases, runtime/result_aliases.h) go to
   // the handles in order, so that a replay gives each its own data again.
   std::unordered_map<const void*, std::vector<size_t>> by_value;
   for (size_t i = 0; i < t_capture.graph_results.size(); ++i) {

@@ -129,7 +129,7 @@ struct Step {
 // result `from`, a permutation of it (p.grad is the transpose of the matmul
 // that made it, and functionalization keeps that matmul's output as the
 // view's base). It is made from `from` on its first read, placing `from`'s
-// elements with `from_strides` in a contiguous tensor (ltc/result_aliases.h).
+// elements with `from_strides` in a contiguous tensor (runtime/result_aliases.h).
 struct DerivedResult {
   size_t result = 0;
   size_t from = 0;

@@ -1,4 +1,4 @@
-#include "ltc/result_aliases.h"
+#include "runtime/result_aliases.h"
 
 #include <ATen/Functions.h>
 
