@@ -96,16 +96,22 @@ std::vector<HeldBuffer> HeldBuffers(const Program& program,
 // detached view). A step may overwrite that memory only once no other of
 // them is read again: only the one read strictly last stays owned.
 void KeepOneOwnerPerTensor(const Program& program, ProgramRun& run) {
+  std::unordered_map<const c10::TensorImpl*, std::vector<BufferId>> sharing;
+  bool shared = false;
+  for (BufferId id : program.parameters) {
+    if (run.owned[id] != 0) {
+      auto& ids = sharing[run.slots[id].unsafeGetTensorImpl()];
+      ids.push_back(id);
+      shared = shared || ids.size() > 1;
+    }
+  }
+  if (!shared) {
+    return;  // the common case, on every mark_step: nothing more to work out
+  }
   std::vector<int> last_read(program.buffers.size(), -1);
   for (size_t i = 0; i < program.release_after.size(); ++i) {
     for (BufferId id : program.release_after[i]) {
       last_read[id] = static_cast<int>(i);
-    }
-  }
-  std::unordered_map<const c10::TensorImpl*, std::vector<BufferId>> sharing;
-  for (BufferId id : program.parameters) {
-    if (run.owned[id] != 0) {
-      sharing[run.slots[id].unsafeGetTensorImpl()].push_back(id);
     }
   }
   for (const auto& entry : sharing) {
