@@ -32,16 +32,76 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.fused_kernels import count_kernels  # noqa: E402
 from bench.models import MODELS, TrainingSetup  # noqa: E402
 
-ENGINES = ("eager", "compile", "compile-reduce-overhead", "lazyfuse")
+ENGINES = ("eager", "compile", "compile-reduce-overhead", "lazyfuse", "lazyfuse-replay")
+
+
+class GPT2Block(nn.Module):
+    """Pre-norm causal self-attention and a GELU MLP, GPT-2's layer."""
+
+    def __init__(self, width: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(width), nn.LayerNorm(width)
+        self.qkv, self.proj = nn.Linear(width, 3 * width), nn.Linear(width, width)
+        self.fc, self.out = nn.Linear(width, 4 * width), nn.Linear(4 * width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, seq, width = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(width, dim=2)
+        q, k, v = (t.view(batch, seq, self.heads, -1).transpose(1, 2) for t in (q, k, v))
+        attended = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(attended.transpose(1, 2).reshape(batch, seq, width))
+        return x + self.out(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+
+
+class GPT2Shaped(nn.Module):
+    """GPT-2 small's shape: 12 layers, 768 wide, 12 heads, vocabulary 50257."""
+
+    def __init__(self, layers: int = 12, width: int = 768, vocab: int = 50257) -> None:
+        super().__init__()
+        self.tokens, self.positions = nn.Embedding(vocab, width), nn.Embedding(1024, width)
+        self.blocks = nn.Sequential(*[GPT2Block(width, width // 64) for _ in range(layers)])
+        self.ln, self.head = nn.LayerNorm(width), nn.Linear(width, vocab, bias=False)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(ids.shape[1], device=ids.device)
+        x = self.blocks(self.tokens(ids) + self.positions(positions))
+        return self.head(self.ln(x)).flatten(0, 1)
+
+
+class GPT2Setup(TrainingSetup):
+    def batches(self, count: int = 4) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        g = torch.Generator().manual_seed(0)
+        batch, seq = self.input_shape
+        return [
+            (
+                torch.randint(0, 50257, (batch, seq), generator=g),
+                torch.randint(0, 50257, (batch * seq,), generator=g),
+            )
+            for _ in range(count)
+        ]
+
+
+GPT2 = GPT2Setup(
+    "GPT-2 small's shape (12 layers, 768 wide), sequence 256, batch 8, AdamW",
+    GPT2Shaped,
+    lambda params: torch.optim.AdamW(params, lr=1e-4),
+    (8, 256),
+)
 
 
 def make_step(setup: TrainingSetup, engine: str, device: torch.device) -> Callable[[], None]:
     import lazyfuse
 
-    on = lazyfuse.lazy_device() if engine == "lazyfuse" else device
+    on = lazyfuse.lazy_device() if engine.startswith("lazyfuse") else device
     torch.manual_seed(0)
     model = setup.make_model().to(on)
     optimizer = setup.make_optimizer(list(model.parameters()))
+    if engine == "lazyfuse-replay" and isinstance(optimizer, torch.optim.Adam):
+        # The default Adam hands the graph new Python numbers each step (bias
+        # corrections), which a replay must not freeze.
+        lr = torch.tensor(optimizer.defaults["lr"], device=on)
+        optimizer = type(optimizer)(list(model.parameters()), lr=lr, capturable=True)
     x, y = (t.to(on) for t in setup.batches(1)[0])
 
     def loss_of(inputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -58,6 +118,9 @@ def make_step(setup: TrainingSetup, engine: str, device: torch.device) -> Callab
         if engine == "lazyfuse":
             lazyfuse.mark_step()
 
+    if engine == "lazyfuse-replay":
+        return lazyfuse.compile(step, replay=True)
+
     return step
 
 
@@ -71,7 +134,7 @@ def synchronize(device: torch.device) -> None:
 
 
 def steps_per_second(step: Callable[[], None], steps: int, device: torch.device) -> float:
-    for _ in range(3):
+    for _ in range(4):  # a replayed step captures on its first calls
         step()
     synchronize(device)
     start = time.perf_counter()
@@ -81,9 +144,11 @@ def steps_per_second(step: Callable[[], None], steps: int, device: torch.device)
     return steps / (time.perf_counter() - start)
 
 
-def bench_training(device: torch.device, engines: tuple[str, ...], steps: int) -> list[dict]:
+def bench_training(
+    device: torch.device, models: dict[str, TrainingSetup], engines: list[str], steps: int
+) -> list[dict]:
     rows = []
-    for name, setup in MODELS.items():
+    for name, setup in models.items():
         for engine in engines:
             row: dict[str, object] = {"model": name, "engine": engine}
             try:
@@ -169,13 +234,19 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
     parser.add_argument("--smoke", action="store_true", help="CPU, eager and lazyfuse, 2 steps")
+    parser.add_argument("--models", default=",".join(MODELS), help=f"of {[*MODELS, 'gpt2']}")
+    parser.add_argument("--engines", default=",".join(ENGINES), help=f"of {list(ENGINES)}")
+    parser.add_argument("--no-memory", action="store_true", help="skip the Adam peak memory")
     args = parser.parse_args()
     import lazyfuse
 
+    models = {name: {**MODELS, "gpt2": GPT2}[name] for name in args.models.split(",")}
+    engines = args.engines.split(",")
     if args.smoke:
-        device, engines, steps = torch.device("cpu"), ("eager", "lazyfuse"), 2
+        device, steps = torch.device("cpu"), 2
+        engines = [e for e in engines if not e.startswith("compile")]
     elif torch.cuda.is_available():
-        device, engines, steps = torch.device("cuda"), ENGINES, args.steps
+        device, steps = torch.device("cuda"), args.steps
     else:
         print("bench/gpu_training.py needs a CUDA GPU (or --smoke); none is visible to torch.")
         return 0
@@ -185,8 +256,8 @@ def main() -> int:
         "backing": lazyfuse._C._backing_device(),
         "steps": steps,
     }
-    rows = bench_training(device, engines, steps)
-    memory = adam_peak_memory(4096, 6) if device.type == "cuda" else None
+    rows = bench_training(device, models, engines, steps)
+    memory = adam_peak_memory(4096, 6) if device.type == "cuda" and not args.no_memory else None
     mark_step_us = cache_hit_mark_step_us(100, 3 if args.smoke else 50)
     args.out.mkdir(parents=True, exist_ok=True)
     report = {"meta": meta, "training": rows, "adam_memory": memory, "mark_step_us": mark_step_us}
