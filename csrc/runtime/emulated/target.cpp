@@ -32,9 +32,11 @@ std::string Trampoline(const std::string& name, const std::vector<std::string>& 
 // CUDA source is C++17, as NVRTC compiles it; -O1 keeps compiles short and
 // loops fast enough for the small tensors emulation runs on. -fwrapv:
 // signed integers wrap on a GPU (and in eager's kernels); without it the
-// host compiler may assume int64 overflow never happens.
+// host compiler may assume int64 overflow never happens. -ffp-contract=off:
+// NVRTC compiles with --fmad=false, so both round every multiply and add.
 const HostBuild& EmulatedBuild() {
-  static const HostBuild build{"-std=c++17 -O1 -w -fwrapv", "", "emulated", false};
+  static const HostBuild build{
+      "-std=c++17 -O1 -w -fwrapv -ffp-contract=off", "", "emulated", false};
   return build;
 }
 
