@@ -68,6 +68,11 @@ class ReductionKernel {
     const at::ScalarType in_dtype = program.buffers[step_.inputs[0]].dtype;
     const at::ScalarType out_dtype = program.buffers[step_.outputs[0]].dtype;
     acc_ = in_dtype == at::kDouble || out_dtype == at::kDouble ? "double" : "float";
+    // Moments accumulate in double: float partial sums of squares were 2 ulp
+    // off on 512 threads, and a row far from zero lost its mean (12-100x eager).
+    const bool moments =
+        rule_.kind == ReductionKind::kVar || rule_.kind == ReductionKind::kLayerNorm;
+    stat_ = moments ? "double" : acc_;
     const bool combinable = rule_.kind == ReductionKind::kSum ||
                             rule_.kind == ReductionKind::kMean ||
                             rule_.kind == ReductionKind::kMax || rule_.kind == ReductionKind::kMin;
@@ -77,7 +82,8 @@ class ReductionKernel {
       how =
           rule_.kind == ReductionKind::kVar ? Splitting::kTwoLaunchesRow : Splitting::kTwoLaunches;
     }
-    split_.emplace(w_, dialect, idx_, acc_, rows_, cols_, block_, how, std::min(512, block_limit_));
+    split_.emplace(
+        w_, dialect, idx_, stat_, rows_, cols_, block_, how, std::min(512, block_limit_));
     row_cache_ =
         multi_pass && block_ && !split() && cols_ * (acc_ == "double" ? 8 : 4) <= kRowCacheBytes;
     if (block_ && inner_ && !split()) {
@@ -98,7 +104,7 @@ class ReductionKernel {
       DeclareStatistics();
       split_->OpenLoop(out_, Welford() ? 3 : OnlineSoftmax() ? 2 : 1);
     } else if (block_) {
-      w_.Line("__shared__ " + acc_ + " lf_smem[32];");
+      w_.Line("__shared__ " + stat_ + " lf_smem[32];");
       if (row_cache_) {
         w_.Line("__shared__ " + acc_ + " lf_row[" + std::to_string(cols_) + "];");
       } else {
@@ -192,7 +198,7 @@ class ReductionKernel {
                          bool last_loop) {
     const std::string acc = update ? w_.NewVar("a") : std::string();
     if (update) {
-      w_.Line(acc_ + " " + acc + " = " + init + ";");
+      w_.Line(stat_ + " " + acc + " = " + init + ";");
     }
     const std::string lanes =
         dialect_.serial_blocks && update ? OpenSerialLanes(w_, acc, combine) : "";
@@ -213,7 +219,7 @@ class ReductionKernel {
     }
     CloseColumns();
     CloseSerialLanes(
-        w_, lanes, acc, acc_, [&] { return Input(OpenColumns()); }, [&] { CloseColumns(); });
+        w_, lanes, acc, stat_, [&] { return Input(OpenColumns()); }, [&] { CloseColumns(); });
     cache_filled_ = cache_filled_ || (row_cache_ && update);
     if (block_ && combine != nullptr) {
       w_.Line(acc + " = lf_block_reduce(" + acc + ", " + combine + "(), lf_smem);");
@@ -230,20 +236,7 @@ class ReductionKernel {
   }
 
   bool IsRowLevel(BufferId id) const {
-    for (size_t s : group_.steps) {
-      const Step& step = program_.steps[s];
-      if (std::find(step.outputs.begin(), step.outputs.end(), id) == step.outputs.end()) {
-        continue;
-      }
-      if (s < reduction_index_) {
-        return false;  // prologue
-      }
-      if (s == reduction_index_) {
-        return !(WritesFullShape(rule_.kind) && id == step.outputs[0]);
-      }
-      return !WritesFullShape(rule_.kind);
-    }
-    return false;
+    return IsRowLevelOutput(program_, group_, reduction_index_, rule_.kind, id);
   }
 
   // Every output of a batch (the element's, or the row's) is computed before
@@ -293,7 +286,7 @@ class ReductionKernel {
   }
 
   void EmitPhases() {
-    const std::string cols = "(" + acc_ + ")" + std::to_string(cols_);
+    const std::string cols = "(" + stat_ + ")" + std::to_string(cols_);
     const std::string neg_inf = acc_ == "double" ? "-LF_DINF" : "-LF_INF";
     auto sum = [](const std::string& a, const std::string& x) { return a + " + " + x; };
     auto max = [](const std::string& a, const std::string& x) {
@@ -332,8 +325,8 @@ class ReductionKernel {
           mean = w_.NewVar("m");
           // Eager's layer norm of an empty row has mean 0 (and rstd NaN).
           const bool empty_norm = cols_ == 0 && rule_.kind == ReductionKind::kLayerNorm;
-          w_.Line("const " + acc_ + " " + mean + " = " +
-                  (empty_norm ? "(" + acc_ + ")0" : total + " / " + cols) + ";");
+          w_.Line("const " + stat_ + " " + mean + " = " +
+                  (empty_norm ? "(" + stat_ + ")0" : total + " / " + cols) + ";");
         }
         auto squared = [&](const std::string& a, const std::string& x) {
           return a + " + (" + x + " - " + mean + ") * (" + x + " - " + mean + ")";
@@ -349,14 +342,14 @@ class ReductionKernel {
             correction = w_.Value(step_.inputs[1], KernelIndex{{}, "0", {}});
           }
           const std::string dof = w_.NewVar("d");
-          w_.Line(acc_ + " " + dof + " = " + cols + " - (" + acc_ + ")" + correction + ";");
+          w_.Line(stat_ + " " + dof + " = " + cols + " - (" + stat_ + ")" + correction + ";");
           w_.BindRegister(step_.outputs[0],
-                          Result(0, m2 + " / (" + dof + " > 0 ? " + dof + " : (" + acc_ + ")0)"));
+                          Result(0, m2 + " / (" + dof + " > 0 ? " + dof + " : (" + stat_ + ")0)"));
           break;
         }
         const std::string rstd = w_.NewVar("rstd");
-        w_.Line("const " + acc_ + " " + rstd + " = lf_rsqrt(" + m2 + " / " + cols + " + (" + acc_ +
-                ")" + ConstantLiteral(at::scalar_tensor(rule_.eps, at::kDouble)) + ");");
+        w_.Line("const " + stat_ + " " + rstd + " = lf_rsqrt(" + m2 + " / " + cols + " + (" +
+                stat_ + ")" + ConstantLiteral(at::scalar_tensor(rule_.eps, at::kDouble)) + ");");
         w_.BindRegister(step_.outputs[1], Result(1, mean));
         w_.BindRegister(step_.outputs[2], Result(2, rstd));
         BindLayerNormOutput(w_, step_, rule_, acc_, mean, rstd, Reader());
@@ -394,7 +387,8 @@ class ReductionKernel {
 
   void DeclareStatistics() {
     if (block_ && (OnlineSoftmax() || Welford())) {
-      DeclareRowStatistics(w_, acc_, Welford() ? RowStatistics::kWelford : RowStatistics::kSoftmax);
+      DeclareRowStatistics(
+          w_, stat_, Welford() ? RowStatistics::kWelford : RowStatistics::kSoftmax);
     }
   }
 
@@ -420,11 +414,12 @@ class ReductionKernel {
   // outputs; layer norm reads the row again for its own.
   std::pair<std::string, std::string> WelfordStats(bool last_loop) {
     const std::string k = w_.NewVar("k");
-    w_.Line("const " + acc_ + " " + k + " = lf_finite_or_zero(" + Input(ElementIndex("0")) + ");");
+    w_.Line("const " + stat_ + " " + k + " = lf_finite_or_zero((" + stat_ + ")" +
+            Input(ElementIndex("0")) + ");");
     const std::string n = w_.NewVar("n");
     const std::string shifted = w_.NewVar("m");
     const std::string m2 = w_.NewVar("q");
-    w_.Line(acc_ + " " + n + " = 0, " + shifted + " = 0, " + m2 + " = 0;");
+    w_.Line(stat_ + " " + n + " = 0, " + shifted + " = 0, " + m2 + " = 0;");
     split_->OpenFirstLaunch();
     KernelIndex index = OpenColumns();
     w_.Line("lf_welford_add(" + n + ", " + shifted + ", " + m2 + ", " + Input(index) + " - " + k +
@@ -435,7 +430,7 @@ class ReductionKernel {
     CloseColumns();
     MergeRowStatistics(w_, *split_, block_, RowStatistics::kWelford, {n, shifted, m2});
     const std::string mean = w_.NewVar("m");
-    w_.Line("const " + acc_ + " " + mean + " = " + k + " + " + shifted + ";");
+    w_.Line("const " + stat_ + " " + mean + " = " + k + " + " + shifted + ";");
     return {mean, m2};
   }
 
@@ -478,7 +473,8 @@ class ReductionKernel {
   bool cache_filled_ = false;   // a loop has filled lf_row
   bool keep_exp_ = false;       // a softmax row's exponentials are in lf_e
   std::string element_linear_;  // the current loop's element index
-  std::string acc_;
+  std::string acc_;             // the elements' and outputs' C type
+  std::string stat_;            // the accumulators'
   size_t reduction_index_ = 0;
   std::optional<RowSplit> split_;
 };

@@ -1,5 +1,6 @@
 #include "kernels/row_outputs.h"
 
+#include <algorithm>
 #include <optional>
 #include <utility>
 
@@ -57,7 +58,8 @@ void BindLayerNormOutput(KernelWriter& writer,
   const std::optional<BufferId> bias =
       rule.has_bias ? std::optional<BufferId>(step.inputs[next++]) : std::nullopt;
   writer.BindCustom(step.outputs[0], [=, &program](KernelWriter& w, KernelIndex index) {
-    std::string expr = "(" + input(index) + " - " + mean + ") * " + rstd;
+    // The statistics may be wider (double); the outputs are computed in acc.
+    std::string expr = "(" + input(index) + " - (" + acc + ")" + mean + ") * (" + acc + ")" + rstd;
     const auto& dims = w.Dims(index);
     // Weight and bias have the normalized (trailing) dims.
     auto affine = [&](BufferId id) {
@@ -79,6 +81,27 @@ void BindLayerNormOutput(KernelWriter& writer,
     }
     return Rounded(w, dtype, expr);
   });
+}
+
+bool IsRowLevelOutput(const Program& program,
+                      const FusionGroup& group,
+                      size_t reduction_step,
+                      ReductionKind kind,
+                      BufferId id) {
+  for (size_t s : group.steps) {
+    const Step& step = program.steps[s];
+    if (std::find(step.outputs.begin(), step.outputs.end(), id) == step.outputs.end()) {
+      continue;
+    }
+    if (s < reduction_step) {
+      return false;  // prologue
+    }
+    if (s == reduction_step) {
+      return !(WritesFullShape(kind) && id == step.outputs[0]);
+    }
+    return !WritesFullShape(kind);
+  }
+  return false;
 }
 
 }  // namespace lazyfuse

@@ -39,4 +39,13 @@ void BindLayerNormOutput(KernelWriter& writer,
                          const std::string& rstd,
                          RowInput input);
 
+// Whether output `id` of a reduction group (its reduction at step
+// `reduction_step`) is one value per row, not per element: the reduction's
+// own result or layer norm's mean and rstd, and the epilogue after them.
+bool IsRowLevelOutput(const Program& program,
+                      const FusionGroup& group,
+                      size_t reduction_step,
+                      ReductionKind kind,
+                      BufferId id);
+
 }  // namespace lazyfuse

@@ -170,3 +170,26 @@ def test_float_to_integer_out_of_range_is_eagers(dtype: torch.dtype) -> None:
     got = run_lazy(lambda x, w: [x.floor().to(dtype), (x * 1.0).to(dtype) + 1], x, x)
     for lazy, eager in zip(got, [x.floor().to(dtype), (x * 1.0).to(dtype) + 1], strict=True):
         assert torch.equal(lazy, eager)
+
+
+@pytest.mark.parametrize("cols", [1024, 9000])
+@pytest.mark.parametrize("offset", [0.0, 1000.0])
+def test_row_moments_far_from_zero_are_as_accurate_as_eager(offset: float, cols: int) -> None:
+    # Rows summed in float lanes lost a mean of 1000 (var 40-100x eager's
+    # error, which accumulates in double); moments now accumulate in double.
+    torch.manual_seed(0)
+    x = torch.randn(4, cols) * 0.1 + offset
+    exact_var = x.double().var(-1)
+    exact_norm = torch.nn.functional.layer_norm(x.double(), (cols,))
+    lazy_x = x.to(lazyfuse.lazy_device())
+    var, norm = lazy_x.var(-1), torch.nn.functional.layer_norm(lazy_x, (cols,))
+    before = launches()
+    lazyfuse.mark_step()
+    assert launches() > before
+    for got, eager, exact in (
+        (var, x.var(-1), exact_var),
+        (norm, torch.nn.functional.layer_norm(x, (cols,)), exact_norm),
+    ):
+        eager_error = (eager.double() - exact).abs().max().item()
+        error = (got.cpu().double() - exact).abs().max().item()
+        assert error <= 2 * eager_error + 1e-9, (error, eager_error)

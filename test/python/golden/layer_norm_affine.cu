@@ -1,9 +1,9 @@
 extern "C" __global__ void lf_reduction_nativelayernorm(const float* __restrict__ in0, const float* __restrict__ in1, const float* __restrict__ in2, float* __restrict__ out0) {
-  __shared__ float lf_smem[32];
+  __shared__ double lf_smem[32];
   __shared__ float lf_row[64];
   for (int row = blockIdx.x; row < 4; row += gridDim.x) {
     const int x0 = (row);
-    float a1 = 0;
+    double a1 = 0;
     LF_UNROLL for (int c = threadIdx.x; c < 64; c += 64) {
       const int p2 = row * 64 + c;
       const float v3 = lf_ld(in0, p2);
@@ -11,14 +11,14 @@ extern "C" __global__ void lf_reduction_nativelayernorm(const float* __restrict_
       a1 = a1 + lf_row[c];
     }
     a1 = lf_block_reduce(a1, lf_sum_op(), lf_smem);
-    const float m4 = a1 / (float)64;
-    float a5 = 0;
+    const double m4 = a1 / (double)64;
+    double a5 = 0;
     LF_UNROLL for (int c = threadIdx.x; c < 64; c += 64) {
       const int p6 = row * 64 + c;
       a5 = a5 + (lf_row[c] - m4) * (lf_row[c] - m4);
     }
     a5 = lf_block_reduce(a5, lf_sum_op(), lf_smem);
-    const float rstd7 = lf_rsqrt(a5 / (float)64 + (float)(1.0000000000000001e-05));
+    const double rstd7 = lf_rsqrt(a5 / (double)64 + (double)(1.0000000000000001e-05));
     const float r8 = (float)(m4);
     const float r9 = (float)(rstd7);
     LF_UNROLL for (int c = threadIdx.x; c < 64; c += 64) {
@@ -28,7 +28,7 @@ extern "C" __global__ void lf_reduction_nativelayernorm(const float* __restrict_
       const int l13 = x12;
       const float v14 = lf_ld(in1, l13);
       const float v15 = lf_ld(in2, l13);
-      const float v16 = (float)((((lf_row[c] - m4) * rstd7) * (float)v14) + (float)v15);
+      const float v16 = (float)((((lf_row[c] - (float)m4) * (float)rstd7) * (float)v14) + (float)v15);
       lf_st(out0, p10, (float)(v16));
     }
   }
