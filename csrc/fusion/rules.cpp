@@ -63,6 +63,7 @@ const std::unordered_map<std::string, Entry>& PointwiseTable() {
       {"aten::clamp_max.Tensor", {"lf_clamp_max($0, $1)"}},
       {"aten::pow.Tensor_Scalar", {"lf_pow_scalar$S($0, $1)", TypeFrom::kOutput, true}},
       {"aten::pow.Tensor_Tensor", {"lf_pow($0, $1)", TypeFrom::kOutput, true}},
+      {"aten::pow.Scalar", {"lf_pow($0, $1)", TypeFrom::kOutput, true}},
       {"aten::sign", {"lf_sign($0)"}},
       {"aten::sgn", {"lf_sign($0)"}},
       {"aten::fill.Scalar", {"$1", TypeFrom::kOutput, false, Bit(1)}},

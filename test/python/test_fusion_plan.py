@@ -198,6 +198,26 @@ def test_training_step_launches_no_view_only_kernel(name: str, lazy: torch.devic
     assert any(kind == "view" for kind, _ in groups), groups
 
 
+@pytest.mark.parametrize("optimizer", [torch.optim.Adam, torch.optim.AdamW])
+def test_a_capturable_adam_step_runs_its_bias_corrections_in_the_update_kernel(
+    optimizer: type[torch.optim.Adam], lazy: torch.device
+) -> None:
+    # beta ** step (pow.Scalar) ran as two ATen calls per parameter, each
+    # uploading beta: on an H100, 4 extra launches per parameter of a
+    # replayed step (a replay needs capturable=True).
+    model = torch.nn.Linear(4, 3).to(lazy)
+    lr = torch.tensor(1e-3, device=lazy)
+    opt = optimizer(model.parameters(), lr=lr, capturable=True)
+    x = torch.randn(2, 4, device=lazy)
+    for _ in range(2):
+        opt.zero_grad()
+        model(x).square().mean().backward()
+        opt.step()
+        lazyfuse.mark_step()
+    aten = [ops for kind, ops in parse_plan(lazyfuse.debug.fusion_plan()) if kind == "aten"]
+    assert aten == [["aten::addmm"], ["aten::mm"]], aten
+
+
 def test_linear_gelu_is_one_aten_call_and_one_kernel(lazy: torch.device) -> None:
     x, w, b, r = (torch.randn(s, device=lazy) for s in ((8, 16), (32, 16), (32,), (8, 32)))
     lazyfuse.mark_step()
