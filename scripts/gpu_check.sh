@@ -9,14 +9,17 @@
 #   bash scripts/gpu_check.sh --bench-only  # still builds first
 #   bash scripts/gpu_check.sh --build-only  # the part a CPU machine can check
 #
-# Logs, JSON and Markdown go to $OUT (default ./gpu_out), at most 8 files;
-# a short summary is printed last. Every step is time-boxed so one device call
-# (10 minutes) always returns its logs; the boxes and sizes are settable:
-#   GPU_CHECK_TESTS_LIMIT, GPU_CHECK_BENCH_LIMIT (seconds per step),
-#   GPU_CHECK_TEST_TIMEOUT (seconds per test), GPU_CHECK_WORKERS (pytest -n),
-#   GPU_CHECK_MAX_LOG2 (largest benchmark size), GPU_CHECK_HARNESS=1 (also
-#   run python -m bench, minutes long).
-# Seen on an H100 (2026-11-23): the build takes 2 minutes on 16 cores.
+# Logs and Markdown go to $OUT (default ./gpu_out), 7 files; a short
+# summary is printed last. A session has 15 device minutes, so the whole run
+# keeps to GPU_CHECK_DEADLINE seconds (default 540): each step is time-boxed,
+# by its own limit and by the time left, and the steps run most useful first
+# (build, fused-kernel tests, kernel and training benchmarks, parity tests,
+# ncu, torch.compile's training, GPT-2, the time split); a step with under
+# 15 s left is skipped and says so. Other settings: GPU_CHECK_TEST_TIMEOUT
+# (seconds per test), GPU_CHECK_WORKERS (pytest -n), GPU_CHECK_MAX_LOG2
+# (largest benchmark size), GPU_CHECK_HARNESS=1 (also run python -m bench).
+# Seen on an H100 (2026-11-26): the build takes 2 minutes on 16 cores, and
+# everything else 5.5 more.
 #
 # The GPU image lacks expecttest, which torch's OpInfo database imports, and
 # has no network. Bring it as a wheel in an ignored folder carried with the
@@ -42,15 +45,22 @@ PYTHON=${PYTHON:-python3}
 summary=()
 status=0
 
-step() {  # step NAME LOGFILE LIMIT_S COMMAND...: runs, records pass/fail and seconds
+deadline=${GPU_CHECK_DEADLINE:-540}
+step() {  # step NAME LOGFILE LIMIT_S COMMAND...: runs within the limit and the time left
   local name=$1 log=$2 limit=$3
   shift 3
+  local left=$((deadline - SECONDS - 5))
+  if [ "$left" -lt 15 ]; then
+    summary+=("SKIP $name (the ${deadline} s deadline)")
+    return
+  fi
+  [ "$limit" -gt "$left" ] && limit=$left
   local start=$SECONDS
-  echo "== $name: $*" >>"$OUT/$log"
+  echo "== $name ($limit s): $*" >>"$OUT/$log"
   if timeout --kill-after=10 "$limit" "$@" >>"$OUT/$log" 2>&1; then
     summary+=("PASS $name ($((SECONDS - start)) s)")
   else
-    summary+=("FAIL $name ($((SECONDS - start)) s, see $log)")
+    summary+=("FAIL $name ($((SECONDS - start)) s of $limit, see $log)")
     status=1
   fi
 }
@@ -73,7 +83,7 @@ fi
 # GoogleTest may be missing; the Python suite is what this machine is for.
 export MAX_JOBS=${MAX_JOBS:-$(nproc)}
 export LAZYFUSE_BUILD_TESTS=${LAZYFUSE_BUILD_TESTS:-OFF}
-step build build.log 420 "$PYTHON" -m pip install --no-build-isolation --no-deps --no-index -e .
+step build build.log 240 "$PYTHON" -m pip install --no-build-isolation --no-deps --no-index -e .
 for so in python/lazyfuse/_C*.so; do
   echo "$so needs: $(readelf -d "$so" 2>/dev/null | grep -o 'lib[a-z0-9_+-]*\.so[.0-9]*' | tr '\n' ' ')"
 done >>"$OUT/build.log" 2>&1
@@ -82,55 +92,66 @@ if [ "$mode" = build ] || [[ "${summary[0]}" == FAIL* ]]; then
   exit $status
 fi
 
-if [ "$mode" != bench ]; then
-  export LAZYFUSE_DEVICE=cuda
-  # Native fused kernels: the suite the CPU runs under emulation, the fuzzer's
-  # CI set, then the parity and training tests on the CUDA backing device.
-  # No -x: one call must show every failure. A hung kernel costs one test.
-  pytest_args=(-q -rfE -p no:cacheprovider)
-  if "$PYTHON" -c "import pytest_timeout" 2>/dev/null; then
-    pytest_args+=(--timeout "${GPU_CHECK_TEST_TIMEOUT:-120}")
-  fi
-  # Separate worker processes: a crash fails one test, not the rest of the run.
-  if "$PYTHON" -c "import xdist" 2>/dev/null; then
-    pytest_args+=(-n "${GPU_CHECK_WORKERS:-8}")
-  fi
-  step "fused-kernel tests" tests.log "${GPU_CHECK_TESTS_LIMIT:-240}" "$PYTHON" -m pytest \
-    "${pytest_args[@]}" test/python/test_cuda_fusion.py test/python/test_fuzz.py
-  step "parity and training tests" tests.log "${GPU_CHECK_TESTS_LIMIT:-240}" "$PYTHON" -m pytest \
-    "${pytest_args[@]}" test/python/test_ops.py test/python/test_models.py \
-    test/python/test_api.py test/python/test_kernel_codegen.py
+export LAZYFUSE_DEVICE=cuda
+# No -x: one call must show every failure. A hung kernel costs one test.
+pytest_args=(-q -rfE -p no:cacheprovider)
+if "$PYTHON" -c "import pytest_timeout" 2>/dev/null; then
+  pytest_args+=(--timeout "${GPU_CHECK_TEST_TIMEOUT:-60}")
 fi
+# Separate worker processes: a crash fails one test, not the rest of the run.
+if "$PYTHON" -c "import xdist" 2>/dev/null; then
+  pytest_args+=(-n "${GPU_CHECK_WORKERS:-16}")
+fi
+tests() { [ "$mode" != bench ]; }
+benches() { [ "$mode" != tests ]; }
+ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
 
-if [ "$mode" != tests ]; then
-  step "fused-kernel benchmark" bench.log "${GPU_CHECK_BENCH_LIMIT:-300}" "$PYTHON" \
-    bench/fused_kernels.py --max-log2 "${GPU_CHECK_MAX_LOG2:-28}" --out "$OUT"
-  step "training benchmark" bench.log "${GPU_CHECK_BENCH_LIMIT:-300}" "$PYTHON" \
-    bench/gpu_training.py --out "$OUT"
-  # Kernels per step next to eager's ops, and host µs per launch with real
-  # CUDA launches; its table goes to bench.log (the files that come back are few).
-  step "host overhead" bench.log "${GPU_CHECK_BENCH_LIMIT:-300}" "$PYTHON" \
-    bench/host_overhead.py --out /tmp/lazyfuse_host_overhead
-  # What bounds the row reductions (softmax at 2^24): ncu's speed-of-light
-  # and memory sections for lazyfuse's kernels, when ncu can read counters.
-  ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
-  if [ -n "$ncu" ]; then
-    step "ncu reading" ncu.txt "${GPU_CHECK_BENCH_LIMIT:-300}" "$ncu" --target-processes all \
-      --kernel-name regex:^lf_ --launch-skip 2 --launch-count 3 \
+# Native fused kernels: the suite the CPU runs under emulation and the
+# fuzzer's CI set (35 s on an H100).
+tests && step "fused-kernel tests" tests.log 100 "$PYTHON" -m pytest "${pytest_args[@]}" \
+  test/python/test_cuda_fusion.py test/python/test_fuzz.py
+# 2^12 to 2^28 elements against eager and torch.compile (45 s), then steps
+# per second, kernels per step, an Adam step's peak memory, cache-hit
+# mark_step µs for eager and lazyfuse traced and replayed (25 s).
+benches && step "fused-kernel benchmark" bench.log 110 "$PYTHON" \
+  bench/fused_kernels.py --max-log2 "${GPU_CHECK_MAX_LOG2:-28}" --out /tmp/gpu_check
+benches && step "training benchmark" train.log 70 "$PYTHON" bench/gpu_training.py \
+  --engines eager,lazyfuse,lazyfuse-replay --out /tmp/gpu_check
+# Parity and training tests on the CUDA backing device (55 s).
+tests && step "parity and training tests" tests.log 90 "$PYTHON" -m pytest "${pytest_args[@]}" \
+  test/python/test_ops.py test/python/test_models.py test/python/test_api.py \
+  test/python/test_kernel_codegen.py
+# What bounds the row reductions and the x16 chain at 2^24: ncu's
+# speed-of-light and memory sections, at the card's own clocks (15 s each).
+if benches && [ -n "$ncu" ]; then
+  for workload in softmax layer_norm "pointwise x16"; do
+    step "ncu $workload" ncu.txt 40 "$ncu" --clock-control none --target-processes all \
+      --kernel-name regex:^lf_ --launch-skip 2 --launch-count 2 \
       --section SpeedOfLight --section MemoryWorkloadAnalysis --section LaunchStats \
-      "$PYTHON" bench/fused_kernels.py --profile-workload softmax --max-log2 24
-  fi
-  # The host-overhead harness takes minutes on a GPU machine; only on request.
-  if [ -n "${GPU_CHECK_HARNESS:-}" ]; then
-    step "harness" bench.log "${GPU_CHECK_BENCH_LIMIT:-300}" "$PYTHON" -m bench --quick \
-      --cases train-mlp,train-lenet5,train-transformer,markstep-100 --out "$OUT/harness"
-    [ -d "$OUT/harness" ] && cp "$OUT/harness/results.md" "$OUT/harness.md" 2>/dev/null
-    rm -rf "$OUT/harness"
-  fi
+      "$PYTHON" bench/fused_kernels.py --profile-workload "$workload" --max-log2 24
+  done
+fi
+# torch.compile's two modes (60 s: compiling), the GPT-2-shaped model (60 s),
+# and where a step's time goes (30 s); their tables go to train.log.
+benches && step "training benchmark, torch.compile" train.log 100 "$PYTHON" \
+  bench/gpu_training.py --engines compile,compile-reduce-overhead --no-memory --out /tmp/gc
+benches && step "training benchmark, GPT-2" train.log 120 "$PYTHON" bench/gpu_training.py \
+  --models gpt2 --engines eager,lazyfuse,lazyfuse-replay,compile --steps 10 --no-memory \
+  --out /tmp/gc
+benches && step "time split" train.log 90 "$PYTHON" bench/gpu_time_split.py --out /tmp/gc
+# Minutes long: only on request.
+if benches && [ -n "${GPU_CHECK_HARNESS:-}" ]; then
+  step "host overhead" bench.log 300 "$PYTHON" bench/host_overhead.py --out /tmp/lf_host
+  step "harness" bench.log 300 "$PYTHON" -m bench --quick \
+    --cases train-mlp,train-lenet5,train-transformer,markstep-100 --out "$OUT/harness"
+  [ -d "$OUT/harness" ] && cp "$OUT/harness/results.md" "$OUT/harness.md" 2>/dev/null
+  rm -rf "$OUT/harness"
 fi
 
 echo "== gpu_check summary =="
 [ -f "$OUT/tests.log" ] && grep -E "^(FAILED|ERROR)|passed|failed|fuzz:" "$OUT/tests.log" | tail -n 40
-[ -f "$OUT/gpu_training.md" ] && cat "$OUT/gpu_training.md"
+# Only Markdown comes back beside the logs: at most 8 files return.
+cp /tmp/gpu_check/*.md "$OUT"/ 2>/dev/null
+[ -f "$OUT/train.log" ] && grep -E "^\| " "$OUT/train.log" | tail -n 40
 printf '%s\n' "${summary[@]}"
 exit $status

@@ -89,3 +89,14 @@ def test_memory_smoke_measures_every_case_and_engine(tmp_path: Path) -> None:
     lazy = [row for row in report["results"] if row["engine"] != "eager"]
     assert all("held by the graph at the peak" in row["held_at_peak"] for row in lazy)
     assert "| mlp-2048 | lazyfuse |" in (tmp_path / "memory.md").read_text()
+
+
+def test_gpu_time_split_smoke_splits_each_case(tmp_path: Path) -> None:
+    rows = smoke_report("gpu_time_split", tmp_path)
+    assert [(r["model"], r["engine"]) for r in rows] == [
+        ("mlp", "eager"),
+        ("mlp", "lazyfuse-replay"),
+    ]
+    for row in rows:
+        assert "error" not in row, row
+        assert row["wall ms"] > 0
