@@ -348,8 +348,10 @@ class ReductionKernel {
           break;
         }
         const std::string rstd = w_.NewVar("rstd");
-        w_.Line("const " + stat_ + " " + rstd + " = lf_rsqrt(" + m2 + " / " + cols + " + (" +
-                stat_ + ")" + ConstantLiteral(at::scalar_tensor(rule_.eps, at::kDouble)) + ");");
+        // As eager: rsqrt(var + eps) in the elements' type, of the accurate var.
+        w_.Line("const " + acc_ + " " + rstd + " = lf_rsqrt((" + acc_ + ")(" + m2 + " / " + cols +
+                ") + (" + acc_ + ")" + ConstantLiteral(at::scalar_tensor(rule_.eps, at::kDouble)) +
+                ");");
         w_.BindRegister(step_.outputs[1], Result(1, mean));
         w_.BindRegister(step_.outputs[2], Result(2, rstd));
         BindLayerNormOutput(w_, step_, rule_, acc_, mean, rstd, Reader());

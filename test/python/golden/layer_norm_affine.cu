@@ -18,7 +18,7 @@ extern "C" __global__ void lf_reduction_nativelayernorm(const float* __restrict_
       a5 = a5 + (lf_row[c] - m4) * (lf_row[c] - m4);
     }
     a5 = lf_block_reduce(a5, lf_sum_op(), lf_smem);
-    const double rstd7 = lf_rsqrt(a5 / (double)64 + (double)(1.0000000000000001e-05));
+    const float rstd7 = lf_rsqrt((float)(a5 / (double)64) + (float)(1.0000000000000001e-05));
     const float r8 = (float)(m4);
     const float r9 = (float)(rstd7);
     LF_UNROLL for (int c = threadIdx.x; c < 64; c += 64) {
