@@ -1,9 +1,11 @@
 #include "runtime/cuda/nvrtc.h"
 
 #include <c10/util/Exception.h>
+#include <torch/csrc/lazy/core/hash.h>
 #include <torch/csrc/lazy/core/metrics.h>
 
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "runtime/cuda/loader.h"
@@ -26,6 +28,18 @@ int NewestArch(const NvrtcApi& api) {
   return archs.back();
 }
 
+// The options every kernel compiles with beside its architecture; the
+// kernel cache's key names them. 177: index variables the renderer derives
+// but a kernel does not use. --fmad=false: no contraction of a * b + c into
+// one rounding (NVRTC's default), since eager runs each op as its own kernel
+// and rounds each, and the emulator's host build rounds each too, so an
+// emulated run predicts a GPU run's values.
+const std::vector<std::string>& KernelOptions() {
+  static const std::vector<std::string> options{
+      "-std=c++17", "--device-as-default-execution-space", "--diag-suppress=177", "--fmad=false"};
+  return options;
+}
+
 CompiledKernel RunNvrtc(const std::string& source, const std::string& name, int sm) {
   const NvrtcApi& api = Nvrtc();
   const int newest = NewestArch(api);
@@ -33,21 +47,16 @@ CompiledKernel RunNvrtc(const std::string& source, const std::string& name, int 
   out.cubin = newest == 0 || sm <= newest;
   out.target = (out.cubin ? "sm_" : "compute_") + std::to_string(out.cubin ? sm : newest);
   const std::string arch_flag = "--gpu-architecture=" + out.target;
-  // 177: index variables the renderer derives but a kernel does not use.
-  // No contraction of a * b + c into one rounding (NVRTC's default): eager
-  // runs each op as its own kernel and rounds each, and the emulator's host
-  // build rounds each too, so an emulated run predicts a GPU run's values.
-  const char* options[] = {arch_flag.c_str(),
-                           "-std=c++17",
-                           "--device-as-default-execution-space",
-                           "--diag-suppress=177",
-                           "--fmad=false"};
+  std::vector<const char*> options{arch_flag.c_str()};
+  for (const std::string& option : KernelOptions()) {
+    options.push_back(option.c_str());
+  }
   TORCH_LAZY_TIMED("LazyFuseNvrtcCompile");
   nvrtcProgram program = nullptr;
   const std::string file = name + ".cu";
   int status = api.nvrtcCreateProgram(&program, source.c_str(), file.c_str(), 0, nullptr, nullptr);
   TORCH_CHECK(status == 0, "lazyfuse: nvrtcCreateProgram failed: ", NvrtcError(api, status));
-  status = api.nvrtcCompileProgram(program, sizeof(options) / sizeof(options[0]), options);
+  status = api.nvrtcCompileProgram(program, static_cast<int>(options.size()), options.data());
   size_t log_size = 0;
   api.nvrtcGetProgramLogSize(program, &log_size);
   out.log.assign(log_size, '\0');
@@ -111,8 +120,15 @@ std::string NvrtcVersion() {
 std::shared_ptr<const CompiledKernel> CompileKernel(const std::string& source,
                                                     const std::string& name,
                                                     int sm) {
+  static const std::string options_hash = [] {
+    std::string joined;
+    for (const std::string& option : KernelOptions()) {
+      joined += option + " ";
+    }
+    return torch::lazy::HashToString(torch::lazy::Hash(joined)).substr(2, 8);
+  }();
   return CachedCompile(source,
-                       "sm" + std::to_string(sm) + "_nvrtc" + NvrtcVersion() + "_nofmad",
+                       "sm" + std::to_string(sm) + "_nvrtc" + NvrtcVersion() + "_" + options_hash,
                        [&] { return RunNvrtc(source, name, sm); });
 }
 
