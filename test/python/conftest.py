@@ -37,6 +37,25 @@ HOST_COMPILER = "host_compiler" in lazyfuse.debug.emulation()
 NO_FUSED_KERNELS = "needs a CUDA GPU, or a host C++ compiler to emulate one"
 
 
+def assert_row_moments_as_accurate_as_eager(
+    x: torch.Tensor, var: torch.Tensor, norm: torch.Tensor
+) -> None:
+    """`var` and `norm`, lazyfuse's var(-1) and layer norm over the rows of
+    `x`, err from float64 by at most twice eager's error, plus 1e-9."""
+    cols = x.shape[-1]
+    for got, eager, exact in (
+        (var, x.var(-1), x.double().var(-1)),
+        (
+            norm,
+            torch.nn.functional.layer_norm(x, (cols,)),
+            torch.nn.functional.layer_norm(x.double(), (cols,)),
+        ),
+    ):
+        eager_error = (eager.double() - exact).abs().max().item()
+        error = (got.cpu().double() - exact).abs().max().item()
+        assert error <= 2 * eager_error + 1e-9, (error, eager_error)
+
+
 @pytest.fixture
 def fused_kernels() -> Iterator[None]:
     """Fused kernels natively on a GPU; elsewhere under CUDA emulation. Strict,

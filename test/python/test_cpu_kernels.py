@@ -14,7 +14,12 @@ import pytest
 import torch
 
 import lazyfuse
-from conftest import HOST_COMPILER, NO_CPU_KERNELS, ON_CUDA
+from conftest import (
+    HOST_COMPILER,
+    NO_CPU_KERNELS,
+    ON_CUDA,
+    assert_row_moments_as_accurate_as_eager,
+)
 
 pytestmark = [
     pytest.mark.skipif(ON_CUDA or not HOST_COMPILER, reason=NO_CPU_KERNELS),
@@ -179,17 +184,9 @@ def test_row_moments_far_from_zero_are_as_accurate_as_eager(offset: float, cols:
     # error, which accumulates in double); moments now accumulate in double.
     torch.manual_seed(0)
     x = torch.randn(4, cols) * 0.1 + offset
-    exact_var = x.double().var(-1)
-    exact_norm = torch.nn.functional.layer_norm(x.double(), (cols,))
     lazy_x = x.to(lazyfuse.lazy_device())
     var, norm = lazy_x.var(-1), torch.nn.functional.layer_norm(lazy_x, (cols,))
     before = launches()
     lazyfuse.mark_step()
     assert launches() > before
-    for got, eager, exact in (
-        (var, x.var(-1), exact_var),
-        (norm, torch.nn.functional.layer_norm(x, (cols,)), exact_norm),
-    ):
-        eager_error = (eager.double() - exact).abs().max().item()
-        error = (got.cpu().double() - exact).abs().max().item()
-        assert error <= 2 * eager_error + 1e-9, (error, eager_error)
+    assert_row_moments_as_accurate_as_eager(x, var, norm)
