@@ -132,11 +132,7 @@ class ReductionKernel {
   }
 
   int BlockSize() const {
-    int size = 32;
-    while (size < 512 && size * 2 <= cols_ / vector_width_ && size * 2 <= block_limit_) {
-      size *= 2;
-    }
-    return size;
+    return RowBlockThreads(rows_, cols_ / vector_width_, vector_width_, block_limit_);
   }
 
   // The reduction input's index for column `col` of the current row.

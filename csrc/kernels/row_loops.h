@@ -20,6 +20,10 @@ void SplitDims(const std::vector<int64_t>& domain,
                std::vector<int64_t>& kept,
                std::vector<int64_t>& reduced);
 
+// The threads of a block-per-row kernel whose rows have `vectors` loads of
+// a thread each: a power of two from 32 to `most`.
+int RowBlockThreads(int64_t rows, int64_t vectors, int vector_width, int most);
+
 // Opens the loop over this block's (or thread's) rows, as `row`.
 void OpenRows(KernelWriter& writer,
               const KernelDialect& dialect,

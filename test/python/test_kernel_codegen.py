@@ -159,6 +159,29 @@ def test_row_loops_step_by_the_launch_block(block_limit: int, block: int, lazy) 
         assert "blockDim" not in source.split("extern")[-1], "a loop strides by blockDim"
 
 
+@pytest.mark.parametrize(
+    "rows,cols,block",
+    [(16384, 1024, 64), (4096, 1024, 64), (2048, 1024, 128), (1024, 1024, 256), (16384, 768, 64)],
+)
+def test_many_short_rows_give_each_thread_several_loads(
+    rows: int, cols: int, block: int, lazy
+) -> None:
+    # With one 16-byte load a thread, a row of 1024 spent more on its two
+    # block reductions than on its loads (an H100: softmax SM 75% busy, DRAM
+    # 56%; with 64 threads, 48% and 72%). Rows enough to fill a GPU get
+    # fewer threads, each looping over 16 floats; few rows keep one load a
+    # thread, and no block falls under 64 threads (an SM holds 32 blocks).
+    x = torch.empty(rows, cols, device=lazy)
+    for reduce in (
+        lambda t: torch.softmax(t, -1),
+        lambda t: F.layer_norm(t, (cols,)),
+        lambda t: t.sum(-1),
+    ):
+        (record,) = lazyfuse.debug.compile_cuda(reduce(x), arch="sm_90")
+        assert record["block"] == block, (record["name"], record["block"])
+        assert f"lf_cv < {cols // 4}; lf_cv += {block})" in str(record["source"]), record["name"]
+
+
 @pytest.mark.parametrize("dtype,width", [(torch.float32, 4), (torch.float16, 8)])
 def test_row_loops_load_16_bytes_when_rows_are_aligned(
     dtype: torch.dtype, width: int, lazy
