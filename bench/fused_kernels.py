@@ -18,7 +18,7 @@ import argparse
 import json
 import statistics
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
@@ -114,14 +114,18 @@ def sweep(
     device: str,
     time_engines: Callable[[Workload, torch.Tensor], dict[str, float]],
     copy_gbs: Callable[[int], float],
+    min_log2: int = 12,
+    workloads: Sequence[str] = (),
 ) -> list[dict[str, object]]:
-    """Every workload at 2^12 to 2^max_log2 elements on `device`, timed by
-    `time_engines`, with GB/s and that as a % of `copy_gbs` at the size."""
+    """Each of `workloads` (default: all) at 2^min_log2 to 2^max_log2
+    elements on `device`, timed by `time_engines`, with GB/s and that as a %
+    of `copy_gbs` at the size."""
     rows = []
-    for log2 in range(12, max_log2 + 1, 2):
+    for log2 in range(min_log2, max_log2 + 1, 2):
         numel = 1 << log2
         copy = copy_gbs(numel)
-        for name, fn in WORKLOADS.items():
+        for name in workloads or WORKLOADS:
+            fn = WORKLOADS[name]
             times = time_engines(fn, torch.randn(shape_for(name, numel), device=device))
             for engine, seconds in times.items():
                 gbs = 2 * numel * 4 / seconds / 1e9
@@ -139,12 +143,16 @@ def sweep(
     return rows
 
 
-def bench_kernels(max_log2: int, reps: int) -> list[dict[str, object]]:
+def bench_kernels(
+    max_log2: int, reps: int, min_log2: int = 12, workloads: Sequence[str] = ()
+) -> list[dict[str, object]]:
     return sweep(
         max_log2,
         "cuda",
         lambda fn, x: time_engines(fn, x, lambda f: time_cuda(f, reps)),
         lambda numel: copy_gbs(numel, reps),
+        min_log2,
+        workloads,
     )
 
 
@@ -235,7 +243,17 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
     parser.add_argument("--max-log2", type=int, default=28)
+    parser.add_argument("--min-log2", type=int, default=12)
     parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument(
+        "--workloads",
+        type=lambda text: text.split(","),
+        default=[],
+        help=f"comma-separated, of {', '.join(WORKLOADS)} (default: all)",
+    )
+    parser.add_argument(
+        "--no-launches", action="store_true", help="skip the kernels-per-step table"
+    )
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
     parser.add_argument(
         "--profile-workload",
@@ -261,8 +279,11 @@ def main() -> int:
         print(f"ran {args.profile_workload} at 2^{args.max_log2}: {tuple(out.shape)}")
         return 0
 
-    kernels = bench_kernels(args.max_log2, args.reps)
-    launches = training_launches()
+    unknown = set(args.workloads) - set(WORKLOADS)
+    if unknown:
+        parser.error(f"unknown workloads {sorted(unknown)}; choose from {sorted(WORKLOADS)}")
+    kernels = bench_kernels(args.max_log2, args.reps, args.min_log2, args.workloads)
+    launches = [] if args.no_launches else training_launches()
     args.out.mkdir(parents=True, exist_ok=True)
     meta = {
         "torch": torch.__version__,

@@ -123,11 +123,15 @@ tests && step "parity and training tests" tests.log 90 "$PYTHON" -m pytest "${py
   test/python/test_kernel_codegen.py
 # What bounds the row reductions and the x16 chain at 2^24: ncu's
 # speed-of-light and memory sections, at the card's own clocks (15 s each).
+# Shared-memory bank conflicts: the suspected limit of softmax's row cache.
+bank_conflicts=l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,\
+l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum,smsp__inst_executed_op_shared_ld.sum
 if benches && [ -n "$ncu" ]; then
   for workload in softmax layer_norm "pointwise x16"; do
     step "ncu $workload" ncu.txt 40 "$ncu" --clock-control none --target-processes all \
       --kernel-name regex:^lf_ --launch-skip 2 --launch-count 2 \
       --section SpeedOfLight --section MemoryWorkloadAnalysis --section LaunchStats \
+      --section MemoryWorkloadAnalysis_Tables --metrics "$bank_conflicts" \
       "$PYTHON" bench/fused_kernels.py --profile-workload "$workload" --max-log2 24
   done
 fi
