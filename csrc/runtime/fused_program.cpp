@@ -3,6 +3,8 @@
 #include <torch/csrc/lazy/core/metrics.h>
 
 #include <mutex>
+#include <string>
+#include <unordered_map>
 
 #include "runtime/view_group.h"
 
@@ -10,8 +12,8 @@ namespace lazyfuse {
 namespace {
 
 // Renders every kernel for the signature the run will most likely bind and
-// loads them in one call. Best effort: a kernel left out, or a batch that
-// fails, compiles alone at its launch, which reports its own failure.
+// loads them in one call: one compile, or compiles side by side. Best effort: a kernel left out, or
+// a batch that fails, compiles alone at its launch, which reports its own failure.
 void LoadInOneBatch(const std::vector<std::shared_ptr<FusedKernel>>& kernels,
                     KernelTarget& target,
                     const std::vector<at::Tensor>& parameters) {
@@ -34,17 +36,31 @@ void LoadInOneBatch(const std::vector<std::shared_ptr<FusedKernel>>& kernels,
   if (sources.empty()) {
     return;
   }
+  // Kernels with the same source (a layer repeated) compile once: side by
+  // side, two compiles of one source would both miss the cache.
+  std::unordered_map<std::string, size_t> first_with_source;
+  std::vector<size_t> unique_index(sources.size());
+  std::vector<KernelSource> unique;
+  for (size_t i = 0; i < sources.size(); ++i) {
+    auto [it, added] = first_with_source.emplace(sources[i].source, unique.size());
+    if (added) {
+      unique.push_back(sources[i]);
+    }
+    unique_index[i] = it->second;
+  }
   std::vector<std::shared_ptr<LoadedKernel>> loaded;
   try {
-    loaded = target.LoadBatch(sources);
+    loaded = target.LoadBatch(unique);
   } catch (const std::exception&) {
     // Each kernel then compiles alone at its launch and reports its own
     // error; this counts the wasted batch compile.
     TORCH_LAZY_COUNTER("LazyFuseBatchCompileFailed", 1);
     return;
   }
-  for (size_t i = 0; i < owners.size() && i < loaded.size(); ++i) {
-    owners[i]->AddVariant(signatures[i], std::move(sources[i]), std::move(loaded[i]));
+  for (size_t i = 0; i < owners.size(); ++i) {
+    if (unique_index[i] < loaded.size() && loaded[unique_index[i]] != nullptr) {
+      owners[i]->AddVariant(signatures[i], std::move(sources[i]), loaded[unique_index[i]]);
+    }
   }
 }
 

@@ -56,20 +56,17 @@ class KernelTarget {
 
   // Compiles (or finds in the kernel cache) and loads `source`.
   virtual std::shared_ptr<LoadedKernel> Load(const KernelSource& source) = 0;
-  // Whether LoadBatch compiles many kernels for the price of one, so a
+  // Whether LoadBatch beats loading each kernel at its first launch, so a
   // Program's kernels are better loaded together before its first run.
   virtual bool batches() const {
     return false;
   }
-  // Loads every source, in order; one compile where the target batches.
+  // Loads every source, in order: by default, Load on each, side by side
+  // (ForEachInParallel). A source that fails gives nullptr; it compiles
+  // again at its launch, which reports the error. A target may instead
+  // compile all of them at once, and throw if that fails.
   virtual std::vector<std::shared_ptr<LoadedKernel>> LoadBatch(
-      const std::vector<KernelSource>& sources) {
-    std::vector<std::shared_ptr<LoadedKernel>> loaded;
-    for (const KernelSource& source : sources) {
-      loaded.push_back(Load(source));
-    }
-    return loaded;
-  }
+      const std::vector<KernelSource>& sources);
   // An output buffer of the kernel; uninitialised.
   virtual at::Tensor NewOutput(const std::vector<int64_t>& sizes, at::ScalarType dtype) = 0;
   // `params` points at one 8-byte slot per kernel parameter, in order.

@@ -100,3 +100,13 @@ def test_gpu_time_split_smoke_splits_each_case(tmp_path: Path) -> None:
     for row in rows:
         assert "error" not in row, row
         assert row["wall ms"] > 0
+
+
+def test_first_step_smoke_times_serial_and_side_by_side_compiles(tmp_path: Path) -> None:
+    rows = smoke_report("first_step", tmp_path)
+    assert [r["threads"] for r in rows][0] == 1
+    for row in rows:
+        assert "error" not in row, row
+        assert row["kernels compiled"] > 0 and row["first step s"] > 0
+    # Side by side or not, the same kernels compile.
+    assert len({r["kernels compiled"] for r in rows}) == 1

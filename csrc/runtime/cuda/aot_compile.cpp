@@ -6,6 +6,7 @@
 #include "kernels/codegen.h"
 #include "runtime/cuda/loader.h"
 #include "runtime/cuda/nvrtc.h"
+#include "runtime/parallel_compile.h"
 #include "runtime/target.h"
 #include "runtime/view_group.h"
 
@@ -56,21 +57,25 @@ std::vector<KernelCompileRecord> CompileFusedKernels(
     record.grid = launch.grid;
     record.block = launch.block;
     record.launches = source.launches;
-    if (!have_nvrtc) {
-      record.log = nvrtc;
-      records.push_back(std::move(record));
-      continue;
-    }
+    record.log = have_nvrtc ? "" : nvrtc;
+    records.push_back(std::move(record));
+  }
+  if (!have_nvrtc) {
+    return records;
+  }
+  // Side by side, as a CUDA target compiles a graph's kernels before its first run.
+  ForEachInParallel(records.size(), [&](size_t i) {
+    KernelCompileRecord& record = records[i];
     try {
-      auto compiled = cuda::CompileKernel(source.source, source.name, sm);
+      auto compiled = cuda::CompileKernel(record.source, record.name, sm);
       record.compiled = true;
       record.target = compiled->target;
       record.log = compiled->log;
-    } catch (const c10::Error& error) {
-      record.log = error.what_without_backtrace();
+    } catch (const std::exception& error) {
+      const auto* c10_error = dynamic_cast<const c10::Error*>(&error);
+      record.log = c10_error != nullptr ? c10_error->what_without_backtrace() : error.what();
     }
-    records.push_back(std::move(record));
-  }
+  });
   return records;
 }
 

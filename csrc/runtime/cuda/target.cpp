@@ -4,6 +4,7 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/lazy/core/hash.h>
+#include <torch/csrc/lazy/core/metrics.h>
 
 #include <array>
 #include <atomic>
@@ -12,6 +13,7 @@
 #include "runtime/cuda/loader.h"
 #include "runtime/cuda/nvrtc.h"
 #include "runtime/module_registry.h"
+#include "runtime/parallel_compile.h"
 
 namespace lazyfuse {
 namespace {
@@ -144,22 +146,38 @@ class CudaTarget : public KernelTarget {
   }
 
   std::shared_ptr<LoadedKernel> Load(const KernelSource& source) override {
-    static auto* modules = new ModuleRegistry<CudaModule>();
     const int index = Index();
-    const DeviceFacts& facts = FactsOf(index);
-    auto compiled = cuda::CompileKernel(source.source, source.name, facts.sm);
-    const std::string key = std::to_string(index) + "_" +
-                            torch::lazy::HashToString(torch::lazy::Hash(compiled->binary));
-    std::shared_ptr<CudaModule> module = modules->GetOrLoad(
-        key, [&] { return std::make_shared<CudaModule>(facts, compiled->binary); });
-    cuda::CUfunction function = nullptr;
-    {
-      ContextScope scope(facts);
-      CheckDriver(
-          cuda::Driver().cuModuleGetFunction(&function, module->module, source.name.c_str()),
-          "cuModuleGetFunction");
+    return LoadCompiled(
+        source, cuda::CompileKernel(source.source, source.name, FactsOf(index).sm), index);
+  }
+
+  // A graph's kernels compile side by side before its first run. Only
+  // NVRTC runs on the helper threads: the device is the caller's, and the
+  // modules load on its thread.
+  bool batches() const override {
+    return true;
+  }
+  std::vector<std::shared_ptr<LoadedKernel>> LoadBatch(
+      const std::vector<KernelSource>& sources) override {
+    const int index = Index();
+    const int sm = FactsOf(index).sm;
+    std::vector<std::shared_ptr<const CompiledKernel>> compiled(sources.size());
+    ForEachInParallel(sources.size(), [&](size_t i) {
+      try {
+        compiled[i] = cuda::CompileKernel(sources[i].source, sources[i].name, sm);
+      } catch (const std::exception&) {
+        TORCH_LAZY_COUNTER("LazyFuseBatchCompileFailed", 1);  // its launch reports why
+      }
+    });
+    std::vector<std::shared_ptr<LoadedKernel>> loaded(sources.size());
+    for (size_t i = 0; i < sources.size(); ++i) {
+      try {
+        loaded[i] = compiled[i] ? LoadCompiled(sources[i], compiled[i], index) : nullptr;
+      } catch (const std::exception&) {
+        TORCH_LAZY_COUNTER("LazyFuseBatchCompileFailed", 1);
+      }
     }
-    return std::make_shared<CudaKernel>(std::move(module), function);
+    return loaded;
   }
 
   at::Tensor NewOutput(const std::vector<int64_t>& sizes, at::ScalarType dtype) override {
@@ -189,6 +207,25 @@ class CudaTarget : public KernelTarget {
   }
 
  private:
+  std::shared_ptr<LoadedKernel> LoadCompiled(const KernelSource& source,
+                                             const std::shared_ptr<const CompiledKernel>& compiled,
+                                             int index) {
+    static auto* modules = new ModuleRegistry<CudaModule>();
+    const DeviceFacts& facts = FactsOf(index);
+    const std::string key = std::to_string(index) + "_" +
+                            torch::lazy::HashToString(torch::lazy::Hash(compiled->binary));
+    std::shared_ptr<CudaModule> module = modules->GetOrLoad(
+        key, [&] { return std::make_shared<CudaModule>(facts, compiled->binary); });
+    cuda::CUfunction function = nullptr;
+    {
+      ContextScope scope(facts);
+      CheckDriver(
+          cuda::Driver().cuModuleGetFunction(&function, module->module, source.name.c_str()),
+          "cuModuleGetFunction");
+    }
+    return std::make_shared<CudaKernel>(std::move(module), function);
+  }
+
   int Index() const {
     if (device_.has_index()) {
       return device_.index();

@@ -141,6 +141,11 @@ class EmulatedTarget : public KernelTarget {
                        source.name);
   }
 
+  // A graph's kernels compile side by side before its first run.
+  bool batches() const override {
+    return true;
+  }
+
   at::Tensor NewOutput(const std::vector<int64_t>& sizes, at::ScalarType dtype) override {
     int64_t numel = 1;
     for (int64_t size : sizes) {
