@@ -256,6 +256,12 @@ def main() -> int:
     )
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
     parser.add_argument(
+        "--profile-engine",
+        choices=["lazyfuse", "torch.compile", "eager"],
+        default="lazyfuse",
+        help="whose kernels --profile-workload runs",
+    )
+    parser.add_argument(
         "--profile-workload",
         choices=sorted(WORKLOADS),
         help="only run this workload's lazyfuse step a few times at 2^max-log2 elements,"
@@ -269,14 +275,22 @@ def main() -> int:
 
     if args.profile_workload:
         fn = WORKLOADS[args.profile_workload]
-        numel = 1 << args.max_log2
-        x = torch.randn(shape_for(args.profile_workload, numel), device=lazyfuse.lazy_device())
-        lazyfuse.mark_step()
-        for _ in range(5):
-            out = fn(x)
+        shape = shape_for(args.profile_workload, 1 << args.max_log2)
+        if args.profile_engine == "lazyfuse":
+            x = torch.randn(shape, device=lazyfuse.lazy_device())
             lazyfuse.mark_step()
-        lazyfuse.wait_device_ops()
-        print(f"ran {args.profile_workload} at 2^{args.max_log2}: {tuple(out.shape)}")
+            kept: list[torch.Tensor] = []
+            for _ in range(5):
+                kept[:] = [fn(x)]  # mark_step computes live tensors only
+                lazyfuse.mark_step()
+            lazyfuse.wait_device_ops()
+        else:
+            x = torch.randn(shape, device="cuda")
+            run = torch.compile(fn) if args.profile_engine == "torch.compile" else fn
+            for _ in range(5):
+                run(x)
+            torch.cuda.synchronize()
+        print(f"ran {args.profile_workload} on {args.profile_engine} at 2^{args.max_log2}")
         return 0
 
     unknown = set(args.workloads) - set(WORKLOADS)
