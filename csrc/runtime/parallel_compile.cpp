@@ -13,6 +13,11 @@
 #include "runtime/target.h"
 
 namespace lazyfuse {
+namespace {
+// Each compile holds a few hundred MB (NVRTC, or a host compiler parsing the
+// emulation prelude): a many-core machine would otherwise hold GBs at once.
+constexpr unsigned kMostCompileThreadsByDefault = 16;
+}  // namespace
 
 int CompileThreads() {
   if (const char* text = std::getenv("LAZYFUSE_COMPILE_THREADS")) {
@@ -21,7 +26,8 @@ int CompileThreads() {
       return threads;
     }
   }
-  return std::max(1U, std::thread::hardware_concurrency());
+  return static_cast<int>(
+      std::clamp(std::thread::hardware_concurrency(), 1U, kMostCompileThreadsByDefault));
 }
 
 void ForEachInParallel(size_t count, const std::function<void(size_t)>& work) {

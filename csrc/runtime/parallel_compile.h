@@ -3,8 +3,8 @@
 // A graph's kernels compile side by side: NVRTC and the host compiler each
 // take one core per kernel, and a first step otherwise waits for them one
 // after the other (issue "New shapes without new kernels", part 3).
-// LAZYFUSE_COMPILE_THREADS caps the threads (default: the machine's cores;
-// 1 compiles serially).
+// LAZYFUSE_COMPILE_THREADS caps the threads (default: the machine's cores,
+// at most 16; 1 compiles serially).
 
 #include <cstddef>
 #include <functional>
