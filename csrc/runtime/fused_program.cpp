@@ -12,8 +12,9 @@ namespace lazyfuse {
 namespace {
 
 // Renders every kernel for the signature the run will most likely bind and
-// loads them in one call: one compile, or compiles side by side. Best effort: a kernel left out, or
-// a batch that fails, compiles alone at its launch, which reports its own failure.
+// loads them in one call: one compile, or compiles side by side. Best
+// effort: a kernel left out, or a batch that fails, compiles alone at its
+// launch, which reports its own failure.
 void LoadInOneBatch(const std::vector<std::shared_ptr<FusedKernel>>& kernels,
                     KernelTarget& target,
                     const std::vector<at::Tensor>& parameters) {
