@@ -3,8 +3,6 @@
 #include <torch/csrc/lazy/core/metrics.h>
 
 #include <mutex>
-#include <string>
-#include <unordered_map>
 
 #include "runtime/view_group.h"
 
@@ -37,30 +35,18 @@ void LoadInOneBatch(const std::vector<std::shared_ptr<FusedKernel>>& kernels,
   if (sources.empty()) {
     return;
   }
-  // Kernels with the same source (a layer repeated) compile once: side by
-  // side, two compiles of one source would both miss the cache.
-  std::unordered_map<std::string, size_t> first_with_source;
-  std::vector<size_t> unique_index(sources.size());
-  std::vector<KernelSource> unique;
-  for (size_t i = 0; i < sources.size(); ++i) {
-    auto [it, added] = first_with_source.emplace(sources[i].source, unique.size());
-    if (added) {
-      unique.push_back(sources[i]);
-    }
-    unique_index[i] = it->second;
-  }
   std::vector<std::shared_ptr<LoadedKernel>> loaded;
   try {
-    loaded = target.LoadBatch(unique);
+    loaded = target.LoadBatch(sources);
   } catch (const std::exception&) {
     // Each kernel then compiles alone at its launch and reports its own
     // error; this counts the wasted batch compile.
     TORCH_LAZY_COUNTER("LazyFuseBatchCompileFailed", 1);
     return;
   }
-  for (size_t i = 0; i < owners.size(); ++i) {
-    if (unique_index[i] < loaded.size() && loaded[unique_index[i]] != nullptr) {
-      owners[i]->AddVariant(signatures[i], std::move(sources[i]), loaded[unique_index[i]]);
+  for (size_t i = 0; i < owners.size() && i < loaded.size(); ++i) {
+    if (loaded[i] != nullptr) {
+      owners[i]->AddVariant(signatures[i], std::move(sources[i]), std::move(loaded[i]));
     }
   }
 }

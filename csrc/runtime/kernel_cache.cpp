@@ -9,8 +9,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <future>
 #include <list>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <unordered_map>
@@ -182,6 +184,32 @@ class MemoryCache {
       entries_;
 };
 
+// The compiles running now, by key, for threads that want the same kernel.
+class InFlight {
+ public:
+  using Result = std::shared_future<std::shared_ptr<const CompiledKernel>>;
+  // The running compile of `key`; or nullopt, after registering the caller's
+  // `promise` as it: the caller compiles, fulfils it, then calls Finish.
+  std::optional<Result> JoinOrStart(const std::string& key,
+                                    std::promise<std::shared_ptr<const CompiledKernel>>& promise) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = running_.find(key);
+    if (it != running_.end()) {
+      return it->second;
+    }
+    running_.emplace(key, promise.get_future().share());
+    return std::nullopt;
+  }
+  void Finish(const std::string& key) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    running_.erase(key);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::unordered_map<std::string, Result> running_;
+};
+
 }  // namespace
 
 std::shared_ptr<const CompiledKernel> CachedCompile(
@@ -189,26 +217,42 @@ std::shared_ptr<const CompiledKernel> CachedCompile(
     const std::string& compiler_key,
     const std::function<CompiledKernel()>& compile) {
   static auto* memory = new MemoryCache();
+  static auto* in_flight = new InFlight();
   const std::string key =
       torch::lazy::HashToString(torch::lazy::Hash(source)).substr(2) + "_" + compiler_key;
   if (std::shared_ptr<const CompiledKernel> hit = memory->Find(key)) {
     return hit;
   }
-  const std::string dir = KernelCacheDir();
-  const std::string path = dir.empty() ? std::string() : dir + "/kernels/" + key + ".bin";
-  std::shared_ptr<const CompiledKernel> entry = path.empty() ? nullptr : ReadEntry(path);
-  if (entry) {
-    TORCH_LAZY_COUNTER("LazyFuseKernelsLoadedFromDisk", 1);
-  } else {
-    auto compiled = std::make_shared<CompiledKernel>(compile());
-    TORCH_LAZY_COUNTER("LazyFuseKernelsCompiled", 1);
-    if (!path.empty() && !KernelCacheReadOnly()) {
-      MakeDirs(dir + "/kernels");
-      WriteEntry(path, *compiled);
-    }
-    entry = std::move(compiled);
+  // One compile per key at a time: a thread asking for a kernel another is
+  // compiling (a repeated layer, compiled side by side) waits for it.
+  std::promise<std::shared_ptr<const CompiledKernel>> promise;
+  if (auto running = in_flight->JoinOrStart(key, promise)) {
+    return running->get();
   }
-  return memory->Insert(key, std::move(entry));
+  try {
+    const std::string dir = KernelCacheDir();
+    const std::string path = dir.empty() ? std::string() : dir + "/kernels/" + key + ".bin";
+    std::shared_ptr<const CompiledKernel> entry = path.empty() ? nullptr : ReadEntry(path);
+    if (entry) {
+      TORCH_LAZY_COUNTER("LazyFuseKernelsLoadedFromDisk", 1);
+    } else {
+      auto compiled = std::make_shared<CompiledKernel>(compile());
+      TORCH_LAZY_COUNTER("LazyFuseKernelsCompiled", 1);
+      if (!path.empty() && !KernelCacheReadOnly()) {
+        MakeDirs(dir + "/kernels");
+        WriteEntry(path, *compiled);
+      }
+      entry = std::move(compiled);
+    }
+    entry = memory->Insert(key, std::move(entry));
+    promise.set_value(entry);
+    in_flight->Finish(key);
+    return entry;
+  } catch (...) {
+    promise.set_exception(std::current_exception());
+    in_flight->Finish(key);
+    throw;
+  }
 }
 
 }  // namespace lazyfuse

@@ -39,7 +39,8 @@ std::string SaveKernelSource(const std::string& source,
                              const std::string& extension);
 
 // The compiled kernel for `source` under `compiler_key`; `compile` runs only
-// when neither cache has it, and counts LazyFuseKernelsCompiled.
+// when neither cache has it, and counts LazyFuseKernelsCompiled. Thread-safe:
+// a thread asking for a key another thread is compiling waits for that compile.
 std::shared_ptr<const CompiledKernel> CachedCompile(const std::string& source,
                                                     const std::string& compiler_key,
                                                     const std::function<CompiledKernel()>& compile);

@@ -71,9 +71,10 @@ std::vector<KernelCompileRecord> CompileFusedKernels(
       record.compiled = true;
       record.target = compiled->target;
       record.log = compiled->log;
+    } catch (const c10::Error& error) {
+      record.log = error.what_without_backtrace();
     } catch (const std::exception& error) {
-      const auto* c10_error = dynamic_cast<const c10::Error*>(&error);
-      record.log = c10_error != nullptr ? c10_error->what_without_backtrace() : error.what();
+      record.log = error.what();
     }
   });
   return records;
