@@ -106,7 +106,7 @@ class ReductionKernel {
     } else if (block_) {
       w_.Line("__shared__ " + stat_ + " lf_smem[32];");
       if (row_cache_) {
-        w_.Line("__shared__ " + acc_ + " lf_row[" + std::to_string(cols_) + "];");
+        w_.Line("__shared__ " + acc_ + " lf_row[" + std::to_string(RowArrayLength(cols_)) + "];");
       } else {
         DeclareStatistics();
       }

@@ -115,6 +115,14 @@ void AccumulateInLanes(KernelWriter& writer,
               " ? " + x + " : " + acc + ";");
 }
 
+int64_t RowArrayLength(int64_t cols) {
+  int64_t length = 1;
+  while (length < cols) {
+    length *= 2;
+  }
+  return length;
+}
+
 bool KeepRowExps(KernelWriter& writer,
                  const KernelDialect& dialect,
                  const std::string& acc_type,
@@ -123,7 +131,9 @@ bool KeepRowExps(KernelWriter& writer,
   if (!dialect.serial_blocks || cols > kMostColumns) {
     return false;
   }
-  writer.Line(acc_type + " lf_e[" + std::to_string(cols) + "];");
+  // Declared at its most, not at the row's length: rows of every length
+  // then render one skeleton (a shape-generic kernel serves them all).
+  writer.Line(acc_type + " lf_e[" + std::to_string(kMostColumns) + "];");
   return true;
 }
 
