@@ -23,6 +23,7 @@
 #include "runtime/cuda/aot_compile.h"
 #include "runtime/cuda/nvrtc.h"
 #include "runtime/emulated/target.h"
+#include "runtime/generic_kernels.h"
 #include "runtime/host_library.h"
 #include "runtime/kernel_cache.h"
 #include "runtime/module_registry.h"
@@ -194,6 +195,36 @@ PYBIND11_MODULE(_C, m) {
     return LowerPendingGraph(tensors).program->ToString();
   });
   m.def("_last_fusion_plan", &LastFusionPlan);
+  m.def("_dynamic_kernels", [] {
+    const DynamicKernels mode = GetDynamicKernels();
+    return std::string(mode == DynamicKernels::kAuto  ? "auto"
+                       : mode == DynamicKernels::kOff ? "0"
+                                                      : "1");
+  });
+  m.def("_set_dynamic_kernels", [](const std::string& mode) {
+    TORCH_CHECK(mode == "auto" || mode == "0" || mode == "1",
+                "lazyfuse: dynamic kernels are 'auto', '0' or '1', not '",
+                mode,
+                "'");
+    SetDynamicKernels(mode == "auto" ? DynamicKernels::kAuto
+                      : mode == "0"  ? DynamicKernels::kOff
+                                     : DynamicKernels::kOn);
+  });
+  m.def("_generic_kernels", [] {
+    py::list out;
+    for (const auto& record : GenericKernelRecords()) {
+      py::dict entry;
+      entry["name"] = record.name;
+      entry["literals"] = record.literals;
+      entry["parameters"] = record.parameters;
+      entry["changes"] = record.changes;
+      entry["renders"] = record.renders;
+      entry["failed"] = record.failed;
+      out.append(entry);
+    }
+    return out;
+  });
+  m.def("_clear_generic_kernels", &ClearGenericKernels);
   m.def("_last_kernels", [] {
     py::list out;
     for (const auto& record : LastKernels()) {

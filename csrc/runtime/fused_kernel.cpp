@@ -16,20 +16,6 @@
 namespace lazyfuse {
 namespace {
 
-// Kernel arguments by value: an 8-byte slot each, read at the C type of the
-// kernel parameter.
-union ArgSlot {
-  void* pointer;
-  double f64;
-  float f32;
-  long long i64;
-  int i32;
-  short i16;
-  signed char i8;
-  unsigned char u8;
-  bool b;
-};
-
 // Reads the 0-dim CPU value straight from its data: item() would go through
 // the dispatcher once per scalar per launch (Adam's step has seven).
 ArgSlot HostScalarSlot(const at::Tensor& value) {
@@ -220,13 +206,13 @@ bool FusedKernel::HasVariant(const KernelSignature& signature) const {
   });
 }
 
-KernelSource FusedKernel::Render(const KernelSignature& signature) const {
-  return GenerateKernel(*program_, group_, signature, target_->dialect());
+KernelChoice FusedKernel::Choose(const KernelSignature& signature) const {
+  return ChooseKernel(GenerateKernel(*program_, group_, signature, target_->dialect()),
+                      program_.get());
 }
 
-void FusedKernel::AddVariant(const KernelSignature& signature,
-                             KernelSource source,
-                             std::shared_ptr<LoadedKernel> loaded) {
+void FusedKernel::AddVariant(const KernelSignature& signature, KernelChoice choice) {
+  TORCH_CHECK(choice.loaded != nullptr, "lazyfuse: a kernel variant added before it loaded");
   std::lock_guard<std::mutex> lock(mutex_);
   for (const auto& variant : variants_) {
     if (variant->signature == signature) {
@@ -235,8 +221,9 @@ void FusedKernel::AddVariant(const KernelSignature& signature,
   }
   auto variant = std::make_unique<Variant>();
   variant->signature = signature;
-  variant->source = std::move(source);
-  variant->loaded = std::move(loaded);
+  variant->source = std::move(choice.source);
+  variant->loaded = std::move(choice.loaded);
+  variant->generic_args = std::move(choice.generic_args);
   variants_.push_back(std::move(variant));
   last_variant_.store(variants_.back().get(), std::memory_order_release);
 }
@@ -270,10 +257,24 @@ const FusedKernel::Variant& FusedKernel::VariantFor(const KernelSignature& signa
       return *variant;
     }
   }
+  KernelChoice choice = Choose(signature);
+  if (choice.generic != nullptr && choice.loaded == nullptr) {
+    std::shared_ptr<LoadedKernel> binary;
+    try {
+      binary = target_->Load(choice.source);
+    } catch (const std::exception&) {
+      binary = nullptr;  // the render runs as itself instead
+    }
+    choice.Loaded(std::move(binary));
+  }
+  if (choice.loaded == nullptr) {
+    choice.Loaded(target_->Load(choice.source));
+  }
   auto variant = std::make_unique<Variant>();
   variant->signature = signature;
-  variant->source = Render(signature);
-  variant->loaded = target_->Load(variant->source);
+  variant->source = std::move(choice.source);
+  variant->loaded = std::move(choice.loaded);
+  variant->generic_args = std::move(choice.generic_args);
   variants_.push_back(std::move(variant));
   last_variant_.store(variants_.back().get(), std::memory_order_release);
   return *variants_.back();
@@ -354,9 +355,11 @@ std::vector<at::Tensor> FusedKernel::Launch(const std::vector<at::Tensor>& input
       slots.push_back(slot);
     }
   }
+  const size_t phase_slot = slots.size();
   if (source.launches > 1) {
     slots.push_back(ArgSlot{});  // lf_phase, set before each launch
   }
+  slots.insert(slots.end(), variant.generic_args.begin(), variant.generic_args.end());
   std::vector<void*> params;
   for (ArgSlot& slot : slots) {
     params.push_back(&slot);
@@ -372,7 +375,7 @@ std::vector<at::Tensor> FusedKernel::Launch(const std::vector<at::Tensor>& input
   }
   for (int phase = 0; phase < source.launches; ++phase) {
     if (source.launches > 1) {
-      slots.back().i32 = phase;  // the driver copies parameters at the call
+      slots[phase_slot].i32 = phase;  // the driver copies parameters at the call
     }
     TORCH_LAZY_TIMED("LazyFuseTargetLaunch");
     target_->Launch(

@@ -17,6 +17,7 @@
 
 #include "fusion/planner.h"
 #include "kernels/codegen.h"
+#include "runtime/generic_kernels.h"
 #include "runtime/target.h"
 
 namespace lazyfuse {
@@ -48,11 +49,11 @@ class FusedKernel {
   // parameters as they are, constants as literals, intermediates contiguous.
   KernelSignature Predict(const std::vector<at::Tensor>& parameters) const;
   bool HasVariant(const KernelSignature& signature) const;
-  KernelSource Render(const KernelSignature& signature) const;
-  // A kernel rendered and loaded elsewhere (a batch), for `signature`.
-  void AddVariant(const KernelSignature& signature,
-                  KernelSource source,
-                  std::shared_ptr<LoadedKernel> loaded);
+  // Renders the kernel for `signature` and chooses how it runs: as itself,
+  // or through a shape-generic template (runtime/generic_kernels.h).
+  KernelChoice Choose(const KernelSignature& signature) const;
+  // A choice loaded elsewhere (a batch), for `signature`.
+  void AddVariant(const KernelSignature& signature, KernelChoice choice);
   size_t input_count() const {
     return group_.inputs.size();
   }
@@ -66,6 +67,7 @@ class FusedKernel {
     KernelSignature signature;
     KernelSource source;
     std::shared_ptr<LoadedKernel> loaded;
+    std::vector<ArgSlot> generic_args;  // a shape-generic template's sizes
   };
   const Variant& VariantFor(const KernelSignature& signature);
   KernelSignature Bind(const std::vector<at::Tensor>& inputs) const;

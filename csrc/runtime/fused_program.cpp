@@ -2,6 +2,7 @@
 
 #include <torch/csrc/lazy/core/metrics.h>
 
+#include <map>
 #include <mutex>
 
 #include "runtime/view_group.h"
@@ -16,18 +17,38 @@ namespace {
 void LoadInOneBatch(const std::vector<std::shared_ptr<FusedKernel>>& kernels,
                     KernelTarget& target,
                     const std::vector<at::Tensor>& parameters) {
-  std::vector<std::shared_ptr<FusedKernel>> owners;
-  std::vector<KernelSignature> signatures;
+  struct Pending {
+    std::shared_ptr<FusedKernel> owner;
+    KernelSignature signature;
+    KernelChoice choice;
+    size_t source = 0;  // in `sources`
+  };
+  std::vector<Pending> pending;
   std::vector<KernelSource> sources;
+  // Kernels of one template compile once per batch.
+  std::map<const GenericTemplate*, size_t> template_source;
   for (const auto& kernel : kernels) {
     try {
       KernelSignature signature = kernel->Predict(parameters);
       if (kernel->HasVariant(signature)) {
         continue;
       }
-      sources.push_back(kernel->Render(signature));
-      signatures.push_back(std::move(signature));
-      owners.push_back(kernel);
+      KernelChoice choice = kernel->Choose(signature);
+      if (choice.loaded != nullptr) {
+        kernel->AddVariant(signature, std::move(choice));
+        continue;  // known: nothing to compile
+      }
+      size_t index = sources.size();
+      const auto known = template_source.find(choice.generic.get());
+      if (choice.generic != nullptr && known != template_source.end()) {
+        index = known->second;
+      } else {
+        sources.push_back(choice.source);
+        if (choice.generic != nullptr) {
+          template_source[choice.generic.get()] = index;
+        }
+      }
+      pending.push_back(Pending{kernel, std::move(signature), std::move(choice), index});
     } catch (const std::exception&) {
       continue;
     }
@@ -44,9 +65,10 @@ void LoadInOneBatch(const std::vector<std::shared_ptr<FusedKernel>>& kernels,
     TORCH_LAZY_COUNTER("LazyFuseBatchCompileFailed", 1);
     return;
   }
-  for (size_t i = 0; i < owners.size() && i < loaded.size(); ++i) {
-    if (loaded[i] != nullptr) {
-      owners[i]->AddVariant(signatures[i], std::move(sources[i]), std::move(loaded[i]));
+  for (Pending& entry : pending) {
+    if (entry.source < loaded.size() && loaded[entry.source] != nullptr) {
+      entry.choice.Loaded(loaded[entry.source]);
+      entry.owner->AddVariant(entry.signature, std::move(entry.choice));
     }
   }
 }

@@ -17,6 +17,22 @@
 
 namespace lazyfuse {
 
+// A kernel argument by value: an 8-byte slot, read at the C type of the
+// kernel parameter.
+union ArgSlot {
+  void* pointer;
+  double f64;
+  float f32;
+  long long i64;
+  unsigned long long u64;
+  int i32;
+  unsigned int u32;
+  short i16;
+  signed char i8;
+  unsigned char u8;
+  bool b;
+};
+
 // What the launch configuration depends on besides the kernel.
 struct LaunchLimits {
   int processors = 1;  // streaming multiprocessors

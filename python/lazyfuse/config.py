@@ -12,6 +12,9 @@ source under emulation (``LAZYFUSE_EMULATE_BLOCK`` threads per block, default
 ``LAZYFUSE_FUSION=0`` turns fused kernels off everywhere. ``LAZYFUSE_STRICT_KERNELS=1``
 makes a kernel that fails to compile, load or launch an error instead of a
 fallback to its ATen steps.
+
+New shapes reuse shape-generic kernels (``LAZYFUSE_DYNAMIC``, see
+``dynamic_kernels``).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
+from typing import Literal
 
 import torch
 
@@ -49,6 +53,42 @@ def set_donation(enabled: bool) -> None:
 def set_reuse_ir(enabled: bool) -> None:
     """Turns IR reuse on or off for the rest of the process."""
     _C._set_reuse_ir(bool(enabled))
+
+
+DynamicMode = Literal["auto", "0", "1"]
+
+
+def dynamic_kernels() -> DynamicMode:
+    """How fused kernels meet new shapes, as torch.compile's ``dynamic``:
+
+    - ``"auto"`` (the default): a kernel's first shape compiles with its sizes
+      as constants; from the next graph that needs it at another shape on, a
+      shape-generic version takes sizes as arguments, compiled once, and
+      serves every later shape of that structure without compiling;
+    - ``"0"``: every new shape compiles its own kernels (``dynamic=False``);
+    - ``"1"``: shape-generic from a kernel's first shape (``dynamic=True``).
+
+    ``LAZYFUSE_DYNAMIC`` sets it at import.
+    """
+    mode = str(_C._dynamic_kernels())
+    assert mode in ("auto", "0", "1")
+    return mode  # type: ignore[return-value]
+
+
+def set_dynamic_kernels(mode: DynamicMode) -> None:
+    """Sets how kernels rendered from now on meet new shapes (see ``dynamic_kernels``)."""
+    _C._set_dynamic_kernels(str(mode))
+
+
+@contextmanager
+def dynamic_kernels_as(mode: DynamicMode) -> Iterator[None]:
+    """Runs a block under another ``dynamic_kernels`` mode."""
+    before = dynamic_kernels()
+    set_dynamic_kernels(mode)
+    try:
+        yield
+    finally:
+        set_dynamic_kernels(before)
 
 
 @dataclass(frozen=True)

@@ -81,6 +81,25 @@ def last_kernels() -> list[dict[str, object]]:
     return list(_C._last_kernels())
 
 
+def generic_kernels() -> list[dict[str, object]]:
+    """Returns the shape-generic kernels made so far (``config.dynamic_kernels``).
+
+    One entry per template: ``name``, ``literals`` (the numbers in its source a
+    template may take as arguments), ``parameters`` (how many it does),
+    ``changes`` (the first shape's values against the shape that made it go
+    generic, e.g. ``"256 -> 384, 16 -> 24"``), ``renders`` (kernels launched
+    through it) and ``failed`` (it did not compile; those kernels compile
+    with their sizes as constants instead).
+    """
+    return list(_C._generic_kernels())
+
+
+def clear_generic_kernels() -> None:
+    """Forgets every kernel structure seen, so the next shape of each compiles
+    as a first shape (tests and benchmarks)."""
+    _C._clear_generic_kernels()
+
+
 def compile_cuda(
     tensors: torch.Tensor | Sequence[torch.Tensor],
     arch: str = "sm_90",

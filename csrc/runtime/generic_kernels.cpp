@@ -1,0 +1,346 @@
+#include "runtime/generic_kernels.h"
+
+#include <c10/util/Exception.h>
+#include <torch/csrc/lazy/core/metrics.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <deque>
+#include <iostream>
+#include <mutex>
+#include <unordered_map>
+
+#include "kernels/source_literals.h"
+
+namespace lazyfuse {
+
+class GenericTemplate {
+ public:
+  std::vector<bool> generic;       // per literal: a parameter
+  std::vector<std::string> fixed;  // per literal: its text where it is not one
+  KernelSource source;             // the template text and its parameter types
+  // Weak: a binary is unloaded when no graph's kernel holds it (the kernel
+  // caches keep it, so loading it again compiles nothing).
+  std::weak_ptr<LoadedKernel> loaded;
+  GenericKernelRecord record;
+
+  bool Serves(const std::vector<std::string>& texts) const {
+    for (size_t k = 0; k < texts.size(); ++k) {
+      if (!generic[k] && texts[k] != fixed[k]) {
+        return false;
+      }
+    }
+    return true;
+  }
+};
+
+namespace {
+
+// Renders loaded as themselves, kept per skeleton: a graph whose kernels are
+// all known then loads nothing (a batch of them would compile again).
+constexpr size_t kSpecializedPerSkeleton = 16;
+
+struct LoadedRender {
+  std::vector<std::string> texts;
+  std::weak_ptr<LoadedKernel> loaded;  // as GenericTemplate::loaded
+};
+
+// The most kernel structures remembered; past it, all are forgotten.
+constexpr size_t kMostSkeletons = 4096;
+
+// The renders' literals each skeleton remembers, to see which vary.
+constexpr size_t kSeenPerSkeleton = 32;
+
+struct Skeleton {
+  const void* first_program = nullptr;
+  std::vector<std::string> first_texts;
+  std::deque<std::vector<std::string>> seen;  // the latest renders' literals
+  bool generic_from_start = false;
+  std::deque<LoadedRender> specialized;
+  std::vector<std::shared_ptr<GenericTemplate>> templates;
+};
+
+std::mutex g_mutex;
+std::unordered_map<std::string, Skeleton> g_skeletons;
+std::unordered_map<std::string, const void*> g_first_program_by_name;
+std::atomic<int> g_mode{-1};
+
+DynamicKernels ModeFromEnv() {
+  const char* env = std::getenv("LAZYFUSE_DYNAMIC");
+  const std::string value = env == nullptr ? "" : env;
+  if (value.empty() || value == "auto") {
+    return DynamicKernels::kAuto;
+  }
+  if (value == "0") {
+    return DynamicKernels::kOff;
+  }
+  TORCH_CHECK(value == "1", "lazyfuse: LAZYFUSE_DYNAMIC is '", value, "'; use auto, 0 or 1");
+  return DynamicKernels::kOn;
+}
+
+int DebugLevel() {
+  const char* env = std::getenv("LAZYFUSE_DEBUG");
+  return env == nullptr ? 0 : std::atoi(env);
+}
+
+// LAZYFUSE_DEBUG=2: why a render will compile.
+void SayCompiled(const KernelSource& rendered, const char* why) {
+  if (DebugLevel() >= 2) {
+    std::cerr << "lazyfuse: kernel " << rendered.name << " compiles specialized: " << why << "\n";
+  }
+}
+
+ArgSlot SlotOf(const SourceLiteral& literal, const std::string& text) {
+  ArgSlot slot{};
+  switch (literal.type) {
+    case LiteralType::kInt:
+      slot.i32 = static_cast<int>(std::strtoll(text.c_str(), nullptr, 10));
+      break;
+    case LiteralType::kLongLong:
+      slot.i64 = std::strtoll(text.c_str(), nullptr, 10);
+      break;
+    case LiteralType::kUnsigned:
+      slot.u32 = static_cast<unsigned int>(std::strtoull(text.c_str(), nullptr, 10));
+      break;
+    case LiteralType::kUnsignedLongLong:
+      slot.u64 = std::strtoull(text.c_str(), nullptr, 10);
+      break;
+    case LiteralType::kFloat:
+      slot.f32 = std::strtof(text.c_str(), nullptr);  // as the compiler reads it
+      break;
+    case LiteralType::kDouble:
+      slot.f64 = std::strtod(text.c_str(), nullptr);
+      break;
+  }
+  return slot;
+}
+
+bool IsInteger(LiteralType type) {
+  return type != LiteralType::kFloat && type != LiteralType::kDouble;
+}
+
+// Integer literals above this are sizes, strides, element counts or chunk
+// counts, and a template takes them as parameters even where every render so
+// far agreed: a later shape would otherwise need one more template. (Vector
+// lane counts, which must stay constants, are fixed in the skeleton.)
+constexpr long long kLargestFixedInteger = 1;
+
+// The literals a new template turns into parameters: those where renders of
+// the skeleton so far differ, large integers, and every one an earlier
+// template took, so templates only widen.
+std::vector<bool> GenericMask(const Skeleton& skeleton,
+                              const SourceShape& shape,
+                              const std::vector<std::string>& texts) {
+  std::vector<bool> mask(texts.size(), false);
+  for (size_t k = 0; k < texts.size(); ++k) {
+    for (const auto& seen : skeleton.seen) {
+      mask[k] = mask[k] || seen[k] != texts[k];
+    }
+    for (const auto& other : skeleton.templates) {
+      mask[k] = mask[k] || other->generic[k];
+    }
+    // Unsigned literals are counts (a split row's chunks less one), at any value.
+    const LiteralType type = shape.literals[k].type;
+    mask[k] =
+        mask[k] || type == LiteralType::kUnsigned ||
+        (IsInteger(type) && std::strtoll(texts[k].c_str(), nullptr, 10) > kLargestFixedInteger);
+  }
+  return mask;
+}
+
+std::shared_ptr<GenericTemplate> MakeTemplate(const KernelSource& rendered,
+                                              const SourceShape& shape,
+                                              const std::vector<std::string>& texts,
+                                              const std::vector<std::string>& first_texts,
+                                              std::vector<bool> mask) {
+  auto made = std::make_shared<GenericTemplate>();
+  made->source = rendered;
+  made->source.source =
+      GenericSource(rendered.source, rendered.name, shape, mask, &made->source.parameter_types);
+  made->generic = std::move(mask);
+  made->record.name = rendered.name;
+  made->record.literals = texts.size();
+  int shown = 0;
+  for (size_t k = 0; k < texts.size(); ++k) {
+    if (made->generic[k]) {
+      ++made->record.parameters;
+      made->fixed.emplace_back();
+      if (texts[k] != first_texts[k] && shown++ < 6) {
+        made->record.changes +=
+            (made->record.changes.empty() ? "" : ", ") + first_texts[k] + " -> " + texts[k];
+      }
+    } else {
+      made->fixed.push_back(texts[k]);
+    }
+  }
+  TORCH_LAZY_COUNTER("LazyFuseGenericTemplates", 1);
+  if (DebugLevel() >= 1) {
+    std::cerr << "lazyfuse: kernel " << rendered.name
+              << " goes shape-generic: " << made->record.parameters << " of its " << texts.size()
+              << " literals become parameters"
+              << (made->record.changes.empty() ? "" : " (" + made->record.changes + ")") << "\n";
+  }
+  return made;
+}
+
+void UseTemplate(KernelChoice& choice,
+                 const std::shared_ptr<GenericTemplate>& chosen,
+                 const SourceShape& shape) {
+  choice.generic = chosen;
+  choice.source.source = chosen->source.source;
+  choice.source.parameter_types = chosen->source.parameter_types;
+  for (size_t k = 0; k < shape.literals.size(); ++k) {
+    if (chosen->generic[k]) {
+      choice.generic_args.push_back(SlotOf(shape.literals[k], shape.literals[k].text));
+    }
+  }
+  choice.loaded = chosen->loaded.lock();
+  ++chosen->record.renders;
+  TORCH_LAZY_COUNTER("LazyFuseGenericRenders", 1);
+}
+
+}  // namespace
+
+DynamicKernels GetDynamicKernels() {
+  int mode = g_mode.load();
+  if (mode < 0) {
+    mode = static_cast<int>(ModeFromEnv());
+    g_mode = mode;
+  }
+  return static_cast<DynamicKernels>(mode);
+}
+
+void SetDynamicKernels(DynamicKernels mode) {
+  g_mode = static_cast<int>(mode);
+}
+
+KernelChoice ChooseKernel(KernelSource rendered, const void* program) {
+  KernelChoice choice;
+  choice.source = rendered;
+  choice.rendered = std::move(rendered);
+  const DynamicKernels mode = GetDynamicKernels();
+  if (mode == DynamicKernels::kOff) {
+    return choice;
+  }
+  const SourceShape shape = ScanLiterals(choice.rendered.source, choice.rendered.name);
+  std::vector<std::string> texts;
+  for (const SourceLiteral& literal : shape.literals) {
+    texts.push_back(literal.text);
+  }
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (g_skeletons.size() >= kMostSkeletons && g_skeletons.count(shape.skeleton) == 0) {
+    // Bounded: every structure starts over (binaries stay with their graphs).
+    g_skeletons.clear();
+    g_first_program_by_name.clear();
+  }
+  auto [found, first_render] = g_skeletons.try_emplace(shape.skeleton);
+  Skeleton& skeleton = found->second;
+  choice.key = shape.skeleton;
+  choice.texts = texts;
+  if (first_render) {
+    skeleton.first_program = program;
+    skeleton.first_texts = texts;
+    // A kernel seen in an earlier graph at another skeleton (another vector
+    // width, reduction strategy or row bucket) is a structure whose shape
+    // varies: its new skeleton starts generic.
+    const auto named = g_first_program_by_name.try_emplace(choice.rendered.name, program).first;
+    skeleton.generic_from_start = mode == DynamicKernels::kOn || named->second != program;
+  }
+  if (std::find(skeleton.seen.begin(), skeleton.seen.end(), texts) == skeleton.seen.end()) {
+    skeleton.seen.push_front(texts);
+    if (skeleton.seen.size() > kSeenPerSkeleton) {
+      skeleton.seen.pop_back();
+    }
+  }
+  for (const LoadedRender& known : skeleton.specialized) {
+    if (known.texts == texts) {
+      choice.loaded = known.loaded.lock();
+      return choice;
+    }
+  }
+  for (const auto& candidate : skeleton.templates) {
+    if (!candidate->record.failed && candidate->Serves(texts)) {
+      UseTemplate(choice, candidate, shape);
+      return choice;
+    }
+  }
+  if (!skeleton.generic_from_start &&
+      (texts == skeleton.first_texts || program == skeleton.first_program)) {
+    SayCompiled(choice.rendered,
+                first_render ? "its first render" : "a new shape in the graph of its first render");
+    return choice;
+  }
+  std::vector<bool> mask = GenericMask(skeleton, shape, texts);
+  if (std::find(mask.begin(), mask.end(), true) == mask.end()) {
+    SayCompiled(choice.rendered, "no literal to vary");
+    return choice;
+  }
+  for (const auto& other : skeleton.templates) {
+    if (other->record.failed && other->generic == mask) {
+      SayCompiled(choice.rendered, "its template did not compile");
+      return choice;
+    }
+  }
+  skeleton.templates.push_back(
+      MakeTemplate(choice.rendered, shape, texts, skeleton.first_texts, std::move(mask)));
+  UseTemplate(choice, skeleton.templates.back(), shape);
+  return choice;
+}
+
+void KernelChoice::Loaded(std::shared_ptr<LoadedKernel> binary) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (generic != nullptr) {
+    if (binary != nullptr) {
+      if (generic->loaded.expired()) {
+        generic->loaded = binary;
+      }
+      loaded = std::move(binary);
+      return;
+    }
+    // The render runs as itself; the template is never chosen again.
+    generic->record.failed = true;
+    generic = nullptr;
+    generic_args.clear();
+    source = rendered;
+    loaded = nullptr;
+    return;
+  }
+  loaded = binary;
+  const auto found = key.empty() ? g_skeletons.end() : g_skeletons.find(key);
+  if (binary == nullptr || found == g_skeletons.end()) {
+    return;
+  }
+  auto& specialized = found->second.specialized;
+  for (LoadedRender& known : specialized) {
+    if (known.texts == texts) {
+      if (known.loaded.expired()) {
+        known.loaded = binary;
+      }
+      return;
+    }
+  }
+  specialized.push_front(LoadedRender{texts, std::move(binary)});
+  if (specialized.size() > kSpecializedPerSkeleton) {
+    specialized.pop_back();
+  }
+}
+
+std::vector<GenericKernelRecord> GenericKernelRecords() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  std::vector<GenericKernelRecord> out;
+  for (const auto& entry : g_skeletons) {
+    for (const auto& made : entry.second.templates) {
+      out.push_back(made->record);
+    }
+  }
+  return out;
+}
+
+void ClearGenericKernels() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_skeletons.clear();
+  g_first_program_by_name.clear();
+}
+
+}  // namespace lazyfuse

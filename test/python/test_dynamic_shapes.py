@@ -1,0 +1,217 @@
+"""New shapes without new kernels (LAZYFUSE_DYNAMIC): from a kernel's second
+graph at another shape on, fused kernels run shape-generic templates, and a
+further shape builds no kernel. Values are checked against eager at every
+shape, on emulated CUDA kernels and on native CPU kernels."""
+
+from __future__ import annotations
+
+import copy
+import random
+from collections.abc import Callable, Iterator
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import lazyfuse
+from conftest import HOST_COMPILER, NO_FUSED_KERNELS, ON_CUDA
+
+pytestmark = pytest.mark.skipif(not ON_CUDA and not HOST_COMPILER, reason=NO_FUSED_KERNELS)
+
+
+@pytest.fixture(params=["fused", "cpu"])
+def kernels(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Fused kernels (a GPU's, else emulated CUDA) and native CPU kernels,
+    strict, with no kernel structure seen before the test."""
+    if request.param == "cpu" and ON_CUDA:
+        pytest.skip("CPU kernels run on the CPU backing device")
+    emulate = request.param == "fused" and not ON_CUDA
+    lazyfuse.debug.clear_generic_kernels()
+    with lazyfuse.config.kernel_settings_as(emulate_cuda=emulate, cpu_kernels=True, strict=True):
+        with lazyfuse.config.dynamic_kernels_as("auto"):
+            yield request.param
+    lazyfuse.debug.clear_generic_kernels()
+
+
+def kernels_built() -> int:
+    """Kernel binaries built or read from the disk cache: a new kernel text."""
+    counter = lazyfuse.metrics.counter_value
+    return counter("LazyFuseKernelsCompiled") + counter("LazyFuseKernelsLoadedFromDisk")
+
+
+def generic_renders() -> int:
+    return lazyfuse.metrics.counter_value("LazyFuseGenericRenders")
+
+
+def test_transformer_trained_over_24_lengths_builds_no_kernel_once_each_strategy_is_seen(
+    kernels: str,
+) -> None:
+    torch.manual_seed(0)
+    eager = torch.nn.TransformerEncoderLayer(32, 2, 64, dropout=0.0, batch_first=True)
+    lazy = copy.deepcopy(eager).to(lazyfuse.lazy_device())
+    # SGD keeps parameters comparable: Adam's normalised steps turn a last-bit
+    # difference in a tiny gradient into a step of lr.
+    eager_opt = torch.optim.SGD(eager.parameters(), lr=0.05, momentum=0.9)
+    lazy_opt = torch.optim.SGD(lazy.parameters(), lr=0.05, momentum=0.9)
+    lengths = list(range(8, 32))
+    random.Random(1).shuffle(lengths)
+    built: list[int] = []
+    for length in [lengths[0], *lengths]:  # the first step also makes the momentum
+        x = torch.randn(3, length, 32)
+        before = kernels_built()
+        loss = lazy(x.to(lazyfuse.lazy_device())).square().mean()
+        loss.backward()
+        lazy_opt.step()
+        lazy_opt.zero_grad()
+        lazyfuse.mark_step()
+        built.append(kernels_built() - before)
+        expected = eager(x).square().mean()
+        expected.backward()
+        eager_opt.step()
+        eager_opt.zero_grad()
+        torch.testing.assert_close(loss.cpu(), expected.detach(), rtol=1e-5, atol=1e-6)
+    for p, q in zip(lazy.parameters(), eager.parameters(), strict=True):
+        torch.testing.assert_close(p.cpu(), q.detach(), rtol=1e-4, atol=1e-4)
+    # The first two graphs build their kernels; after them, only a kernel
+    # meeting a new strategy (a split of its rows, say) builds one, once.
+    # The first two graphs build their kernels. After them a kernel builds
+    # only where a length changes its structure (a split of its rows, or
+    # index arithmetic that simplifies at a power of two), once per structure.
+    later = built[3:]
+    assert sum(later) <= 4, built
+    assert sum(1 for count in later if count) <= 2, built
+    assert generic_renders() > 0
+
+
+def awkward(x: torch.Tensor, w: torch.Tensor) -> list[torch.Tensor]:
+    y = torch.softmax(x * w + 1.0, dim=-1)
+    z = F.layer_norm(x, x.shape[-1:]) * w
+    tail = x[:, 1:]  # a view one element in: its rows start misaligned
+    return [y, z, tail.sum(dim=-1), (tail * 2).exp().sum(dim=0), x.sum()]
+
+
+@pytest.mark.parametrize(
+    "rows, columns",
+    [
+        ((1, 3, 5), (1, 2, 7, 13)),
+        ((2, 3), (97, 1031)),
+        ((2, 3), (9001, 10007)),  # rows over 32 KiB
+    ],
+)
+def test_generic_kernels_at_awkward_sizes(
+    kernels: str, rows: tuple[int, ...], columns: tuple[int, ...]
+) -> None:
+    device = lazyfuse.lazy_device()
+    checked = 0
+    for r in rows:
+        for c in columns:
+            x, w = torch.randn(r, c), torch.randn(c)
+            got = awkward(x.to(device), w.to(device))
+            lazyfuse.mark_step()
+            for g, e in zip(got, awkward(x, w), strict=True):
+                # Sums of 10^4 floats: lanes and blocks add in another order.
+                torch.testing.assert_close(g.cpu(), e, rtol=1e-4, atol=1e-4)
+            checked += 1
+    assert checked == len(rows) * len(columns)
+    assert generic_renders() > 0
+
+
+def run_shapes(fn: Callable[[torch.Tensor], torch.Tensor], sizes: list[int]) -> list[torch.Tensor]:
+    out = []
+    for n in sizes:
+        torch.manual_seed(n)
+        x = torch.randn(4, n)
+        out.append(fn(x.to(lazyfuse.lazy_device())).cpu())
+    return out
+
+
+def chain(x: torch.Tensor) -> torch.Tensor:
+    return (torch.softmax(x * 3, -1) + x.mean(-1, keepdim=True)).sin() / x.shape[-1]
+
+
+def test_generic_kernels_compute_what_specialized_ones_do_bit_for_bit(kernels: str) -> None:
+    if kernels == "cpu":
+        pytest.skip(
+            "on CPU kernels a reduction's lanes may round otherwise: the host compiler "
+            "vectorizes a loop of known length differently"
+        )
+    sizes = [40, 41, 67, 100, 129]
+    with lazyfuse.config.dynamic_kernels_as("0"):
+        specialized = run_shapes(chain, sizes)
+    lazyfuse.debug.clear_graph_cache()  # the same shapes compile again
+    lazyfuse.debug.clear_generic_kernels()
+    before = generic_renders()
+    generic = run_shapes(chain, sizes)
+    assert generic_renders() > before
+    for a, b in zip(specialized, generic, strict=True):
+        assert torch.equal(a, b)
+
+
+def test_dynamic_0_builds_kernels_for_every_shape(kernels: str) -> None:
+    with lazyfuse.config.dynamic_kernels_as("0"):
+        run_shapes(chain, [50, 51, 52])
+        assert lazyfuse.debug.generic_kernels() == []
+
+
+def test_dynamic_1_is_generic_from_the_first_shape(kernels: str) -> None:
+    with lazyfuse.config.dynamic_kernels_as("1"):
+        for got, n in zip(run_shapes(chain, [53, 54, 55]), [53, 54, 55], strict=True):
+            torch.manual_seed(n)
+            torch.testing.assert_close(got, chain(torch.randn(4, n)), rtol=1e-5, atol=1e-6)
+        made = lazyfuse.debug.generic_kernels()
+    assert made and all(record["renders"] >= 1 for record in made)
+    assert all(record["changes"] == "" for record in made)  # no second shape needed
+
+
+def test_auto_keeps_the_first_shape_specialized_and_says_why_it_went_generic(
+    kernels: str,
+) -> None:
+    run_shapes(chain, [60])
+    assert lazyfuse.debug.generic_kernels() == []
+    run_shapes(chain, [70, 80])
+    made = lazyfuse.debug.generic_kernels()
+    assert made
+    assert any("60 -> 70" in str(record["changes"]) for record in made), made
+    assert sum(int(record["renders"]) for record in made) >= 2 * len(made)
+
+
+def test_dynamic_mode_is_checked() -> None:
+    with pytest.raises(RuntimeError, match="'auto', '0' or '1'"):
+        lazyfuse.config.set_dynamic_kernels("yes")  # type: ignore[arg-type]
+    assert lazyfuse.config.dynamic_kernels() in ("auto", "0", "1")
+
+
+def test_hugging_face_generate_builds_no_kernel_after_the_fourth_token(kernels: str) -> None:
+    transformers = pytest.importorskip("transformers", reason="scripts/setup_env.sh installs it")
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(
+        n_layer=2, n_embd=32, n_head=2, vocab_size=100, n_positions=64, eos_token_id=None
+    )
+    model = transformers.GPT2LMHeadModel(config).eval()
+    prompt = torch.tensor([[5, 17, 42, 8]])
+    with torch.no_grad():
+        expected = model.generate(prompt, max_new_tokens=12, do_sample=False, pad_token_id=0)
+    built: list[int] = []
+
+    class Count:
+        def put(self, value: torch.Tensor) -> None:
+            built.append(kernels_built())
+
+        def end(self) -> None:
+            pass
+
+    lazy = model.to(lazyfuse.lazy_device())
+    with torch.no_grad():
+        got = lazy.generate(
+            prompt.to(lazyfuse.lazy_device()),
+            max_new_tokens=12,
+            do_sample=False,
+            pad_token_id=0,
+            streamer=Count(),
+        )
+    assert torch.equal(got.cpu(), expected)
+    assert len(built) == 13  # the prompt, then each new token
+    # The prompt, the first decode steps (each a new graph) and the first
+    # shape of each kernel build kernels; from the fourth new token on, the
+    # KV cache grows and nothing is built.
+    assert built[4:] == [built[4]] * 9, built
