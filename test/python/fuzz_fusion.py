@@ -86,11 +86,19 @@ class Graph:
         return "\n".join(lines)
 
 
-class Builder:
-    """Draws one graph from (seed, index)."""
+def resized(size: int, resize: int) -> int:
+    """A dim of graph `resize` shapes on: 0 and 1 stay (broadcasts and empty
+    tensors keep their structure), every other size grows."""
+    return size if size < 2 else size + resize * (1 + size // 4)
 
-    def __init__(self, seed: int, index: int) -> None:
+
+class Builder:
+    """Draws one graph from (seed, index); `resize` > 0 draws the same graph
+    at another shape (the draws never depend on sizes)."""
+
+    def __init__(self, seed: int, index: int, resize: int = 0) -> None:
         self.rng = random.Random(seed * 1_000_003 + index)
+        self.resize = resize
         self.graph = Graph(seed, index)
         self.values: list[Value] = []
         self.shapes: dict[str, list[int]] = {}
@@ -106,6 +114,7 @@ class Builder:
             base = base[:1] + [rng.choice([4100, 6000, 9000])]
         elif rng.random() < 0.15:
             base[rng.randrange(len(base))] = 0  # empty tensors through every op kind
+        base = [resized(d, self.resize) for d in base]
         for _ in range(rng.randint(1, 3)):
             shape = [d if rng.random() > 0.2 else 1 for d in base]
             shape = shape[rng.randint(0, len(shape) - 1) :] if rng.random() < 0.3 else shape
@@ -326,9 +335,23 @@ def _run_lazy(graph: Graph) -> list[torch.Tensor]:
     return [t.cpu() for t in outputs]
 
 
+# Every third graph runs again at RESHAPES new shapes: the second builds
+# shape-generic kernels, the third launches them without a compile.
+RESHAPES = 2
+
+
 def check_graph(seed: int, index: int) -> str | None:
-    """Runs graph `index` of `seed` both ways; the mismatch, or None."""
-    graph = Builder(seed, index).build()
+    """Runs graph `index` of `seed` both ways, every third one at new shapes
+    too; the first mismatch, or None."""
+    for resize in range(RESHAPES + 1 if index % 3 == 0 else 1):
+        problem = check_graph_at(seed, index, resize)
+        if problem is not None:
+            return problem if resize == 0 else f"at new shape {resize}: {problem}"
+    return None
+
+
+def check_graph_at(seed: int, index: int, resize: int) -> str | None:
+    graph = Builder(seed, index, resize).build()
     dtypes: dict[str, torch.dtype] = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # var of one element, and the like
