@@ -120,18 +120,19 @@ bool IsInteger(LiteralType type) {
   return type != LiteralType::kFloat && type != LiteralType::kDouble;
 }
 
-// Integer literals above this are sizes, strides, element counts or chunk
-// counts, and a template takes them as parameters even where every render so
-// far agreed: a later shape would otherwise need one more template. (Vector
-// lane counts, which must stay constants, are fixed in the skeleton.)
-constexpr long long kLargestFixedInteger = 1;
-
 // The literals a new template turns into parameters: those where renders of
-// the skeleton so far differ, large integers, and every one an earlier
-// template took, so templates only widen.
+// the skeleton so far differ, and every one an earlier template took, so
+// templates only widen. The rest stay constants: a size that never varied
+// (a model's width) divides as fast as in a specialized kernel, where a
+// divisor passed as an argument costs an integer division per element.
+// Unsigned literals are counts (a split row's chunks less one) and always
+// vary. With nothing to compare against (`guess`: LAZYFUSE_DYNAMIC=1, or a
+// new structure of a kernel already generic), every integer but 0 and 1
+// varies.
 std::vector<bool> GenericMask(const Skeleton& skeleton,
                               const SourceShape& shape,
-                              const std::vector<std::string>& texts) {
+                              const std::vector<std::string>& texts,
+                              bool guess) {
   std::vector<bool> mask(texts.size(), false);
   for (size_t k = 0; k < texts.size(); ++k) {
     for (const auto& seen : skeleton.seen) {
@@ -140,11 +141,9 @@ std::vector<bool> GenericMask(const Skeleton& skeleton,
     for (const auto& other : skeleton.templates) {
       mask[k] = mask[k] || other->generic[k];
     }
-    // Unsigned literals are counts (a split row's chunks less one), at any value.
     const LiteralType type = shape.literals[k].type;
-    mask[k] =
-        mask[k] || type == LiteralType::kUnsigned ||
-        (IsInteger(type) && std::strtoll(texts[k].c_str(), nullptr, 10) > kLargestFixedInteger);
+    mask[k] = mask[k] || type == LiteralType::kUnsigned ||
+              (guess && IsInteger(type) && std::strtoll(texts[k].c_str(), nullptr, 10) > 1);
   }
   return mask;
 }
@@ -271,7 +270,8 @@ KernelChoice ChooseKernel(KernelSource rendered, const void* program) {
                 first_render ? "its first render" : "a new shape in the graph of its first render");
     return choice;
   }
-  std::vector<bool> mask = GenericMask(skeleton, shape, texts);
+  std::vector<bool> mask =
+      GenericMask(skeleton, shape, texts, skeleton.generic_from_start && skeleton.seen.size() == 1);
   if (std::find(mask.begin(), mask.end(), true) == mask.end()) {
     SayCompiled(choice.rendered, "no literal to vary");
     return choice;

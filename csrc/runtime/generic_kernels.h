@@ -5,12 +5,13 @@
 // - its first shape, and any further shape within the graph that first
 //   rendered it, run specialized: sizes are constants in the source;
 // - a new shape from a later graph runs a shape-generic template: the
-//   literals that differ among the skeleton's renders, and every integer but
-//   0 and 1 (sizes, strides, counts), become kernel parameters, compiled
-//   once; every later render whose other literals agree launches it with its
-//   own values, compiling nothing;
+//   literals that differ among the skeleton's renders become kernel
+//   parameters, compiled once; every later render whose other literals
+//   agree launches it with its own values, compiling nothing;
 // - a render whose fixed parts differ (another vector width, index width or
 //   reduction strategy) has another skeleton: a few templates per structure.
+//   A new skeleton of a kernel seen in an earlier graph starts generic, its
+//   integers (but 0 and 1) guessed to vary.
 // Renders loaded, specialized or generic, are served from here while some
 // graph's kernel holds their binary, so a graph whose kernels are all known
 // compiles nothing; once none does, the binary unloads, and the kernel
