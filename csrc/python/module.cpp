@@ -241,13 +241,14 @@ PYBIND11_MODULE(_C, m) {
       [](const std::vector<at::Tensor>& tensors,
          const std::string& arch,
          int sms,
-         int block_limit) {
+         int block_limit,
+         bool generic) {
         const PendingGraph graph = LowerPendingGraph(tensors);
         std::vector<KernelCompileRecord> records;
         {
           py::gil_scoped_release release;
           records = CompileFusedKernels(
-              *graph.program, graph.host_scalar_parameters, arch, sms, block_limit);
+              *graph.program, graph.host_scalar_parameters, arch, sms, block_limit, generic);
         }
         py::list out;
         for (const auto& record : records) {
@@ -268,7 +269,8 @@ PYBIND11_MODULE(_C, m) {
       py::arg("tensors"),
       py::arg("arch"),
       py::arg("sms"),
-      py::arg("block_limit") = 0);
+      py::arg("block_limit") = 0,
+      py::arg("generic") = false);
   m.def("_nvrtc", [] {
     std::string where;
     const bool found = NvrtcAvailable(&where);

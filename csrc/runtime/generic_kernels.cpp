@@ -288,6 +288,24 @@ KernelChoice ChooseKernel(KernelSource rendered, const void* program) {
   return choice;
 }
 
+KernelSource GuessedTemplate(const KernelSource& rendered) {
+  const SourceShape shape = ScanLiterals(rendered.source, rendered.name);
+  std::vector<std::string> texts;
+  for (const SourceLiteral& literal : shape.literals) {
+    texts.push_back(literal.text);
+  }
+  Skeleton skeleton;
+  skeleton.first_texts = texts;
+  skeleton.seen.push_front(texts);
+  KernelSource out = rendered;
+  out.source = GenericSource(rendered.source,
+                             rendered.name,
+                             shape,
+                             GenericMask(skeleton, shape, texts, /*guess=*/true),
+                             &out.parameter_types);
+  return out;
+}
+
 void KernelChoice::Loaded(std::shared_ptr<LoadedKernel> binary) {
   std::lock_guard<std::mutex> lock(g_mutex);
   if (generic != nullptr) {

@@ -55,6 +55,10 @@ struct KernelChoice {
 // (identity only).
 KernelChoice ChooseKernel(KernelSource rendered, const void* program);
 
+// The template LAZYFUSE_DYNAMIC=1 makes from `rendered` at its first render
+// (every integer but 0 and 1 a parameter), for compiling ahead of time.
+KernelSource GuessedTemplate(const KernelSource& rendered);
+
 struct GenericKernelRecord {
   std::string name;
   size_t literals = 0;    // that a template may turn into parameters

@@ -105,6 +105,7 @@ def compile_cuda(
     arch: str = "sm_90",
     sms: int = 132,
     block_limit: int = 0,
+    generic: bool = False,
 ) -> list[dict[str, object]]:
     """Plans the pending graph of ``tensors`` and compiles its fused kernels
     for ``arch`` with NVRTC. Executes nothing and needs no GPU.
@@ -116,8 +117,10 @@ def compile_cuda(
     Compiled kernels go into the kernel cache, so this also warms it for a
     later run on that architecture. ``block_limit`` caps the threads per block (0: none); pass
     ``emulation()["emulated_block"]`` to render the kernels the emulator runs.
+    ``generic=True`` compiles each kernel's shape-generic template instead, with
+    every integer size an argument (what ``LAZYFUSE_DYNAMIC=1`` runs).
     """
-    return list(_C._compile_cuda(_as_list(tensors), arch, sms, block_limit))
+    return list(_C._compile_cuda(_as_list(tensors), arch, sms, block_limit, generic))
 
 
 def nvrtc_info() -> dict[str, object]:

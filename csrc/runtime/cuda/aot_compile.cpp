@@ -6,6 +6,7 @@
 #include "kernels/codegen.h"
 #include "runtime/cuda/loader.h"
 #include "runtime/cuda/nvrtc.h"
+#include "runtime/generic_kernels.h"
 #include "runtime/parallel_compile.h"
 #include "runtime/target.h"
 #include "runtime/view_group.h"
@@ -26,7 +27,8 @@ std::vector<KernelCompileRecord> CompileFusedKernels(
     const std::vector<bool>& host_scalar_parameters,
     const std::string& arch,
     int sms,
-    int block_limit) {
+    int block_limit,
+    bool generic) {
   const int sm = cuda::ParseArch(arch);
   std::string nvrtc;
   const bool have_nvrtc = NvrtcAvailable(&nvrtc);
@@ -45,7 +47,10 @@ std::vector<KernelCompileRecord> CompileFusedKernels(
         signature.inputs[k].strides = it->second;
       }
     }
-    const KernelSource source = GenerateKernel(program, group, signature, CudaDialect());
+    KernelSource source = GenerateKernel(program, group, signature, CudaDialect());
+    if (generic) {
+      source = GuessedTemplate(source);
+    }
     KernelCompileRecord record;
     record.name = source.name;
     record.ops = source.ops;

@@ -26,13 +26,15 @@ struct KernelCompileRecord {
 
 // `host_scalar_parameters[k]` says whether parameter k is a 0-dim CPU value.
 // `block_limit` caps threads per block as a target's launch limits do (0:
-// none), so the emulator's kernels can be rendered for comparison.
+// none), so the emulator's kernels can be rendered for comparison. `generic`
+// compiles each kernel's shape-generic template (LAZYFUSE_DYNAMIC=1's) instead.
 std::vector<KernelCompileRecord> CompileFusedKernels(
     const Program& program,
     const std::vector<bool>& host_scalar_parameters,
     const std::string& arch,
     int sms,
-    int block_limit = 0);
+    int block_limit = 0,
+    bool generic = false);
 
 // Whether libnvrtc loads, and from where (or why not).
 bool NvrtcAvailable(std::string* where_or_why);
