@@ -111,7 +111,7 @@ ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -
 # Native fused kernels: the suite the CPU runs under emulation and the
 # fuzzer's CI set (35 s on an H100).
 tests && step "fused-kernel tests" tests.log 100 "$PYTHON" -m pytest "${pytest_args[@]}" \
-  test/python/test_cuda_fusion.py test/python/test_fuzz.py
+  test/python/test_cuda_fusion.py test/python/test_fuzz.py test/python/test_dynamic_shapes.py
 # 2^12 to 2^28 elements against eager and torch.compile (45 s), then steps
 # per second, kernels per step, an Adam step's peak memory, cache-hit
 # mark_step µs for eager and lazyfuse traced and replayed (25 s).
@@ -159,6 +159,10 @@ benches && step "training benchmark, GPT-2" train.log 120 "$PYTHON" bench/gpu_tr
   --models gpt2 --engines eager,lazyfuse,lazyfuse-replay,compile --steps 10 --no-memory \
   --out /tmp/gc
 benches && step "time split" train.log 90 "$PYTHON" bench/gpu_time_split.py --out /tmp/gc
+# A new sequence length's cost, and shape-generic against specialized kernels
+# at one shape (NVRTC compiles: about 60 s).
+benches && step "new shapes" train.log 120 "$PYTHON" bench/new_shapes.py --target cuda \
+  --repeats 100 --out /tmp/gc
 # Minutes long: only on request.
 if benches && [ -n "${GPU_CHECK_HARNESS:-}" ]; then
   step "host overhead" bench.log 300 "$PYTHON" bench/host_overhead.py --out /tmp/lf_host

@@ -110,3 +110,13 @@ def test_first_step_smoke_times_serial_and_side_by_side_compiles(tmp_path: Path)
         assert row["kernels compiled"] > 0 and row["first step s"] > 0
     # Side by side or not, the same kernels compile.
     assert len({r["kernels compiled"] for r in rows}) == 1
+
+
+def test_new_shapes_smoke_builds_fewer_kernels_for_the_third_length(tmp_path: Path) -> None:
+    report = smoke_report("new_shapes", tmp_path)
+    auto, per_shape = report["runs"]["auto"]["steps"], report["runs"]["0"]["steps"]
+    assert [row[0] for row in auto] == [row[0] for row in per_shape] == [16, 17, 18]
+    # The third length's graph is new either way; only LAZYFUSE_DYNAMIC=0
+    # builds its kernels again.
+    assert auto[2][2] < per_shape[2][2]
+    assert report["steady"]["0"]["steady"] > 0 and report["steady"]["1"]["steady"] > 0
