@@ -6,7 +6,10 @@ shape, on emulated CUDA kernels and on native CPU kernels."""
 from __future__ import annotations
 
 import copy
+import os
 import random
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -179,6 +182,23 @@ def test_dynamic_mode_is_checked() -> None:
     with pytest.raises(RuntimeError, match="'auto', '0' or '1'"):
         lazyfuse.config.set_dynamic_kernels("yes")  # type: ignore[arg-type]
     assert lazyfuse.config.dynamic_kernels() in ("auto", "0", "1")
+    bad = subprocess.run(
+        [sys.executable, "-c", "import lazyfuse"],
+        env=dict(os.environ, LAZYFUSE_DYNAMIC="maybe"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert bad.returncode != 0
+    assert "LAZYFUSE_DYNAMIC is 'maybe'; use auto, 0 or 1" in bad.stderr
+    on = subprocess.run(
+        [sys.executable, "-c", "import lazyfuse; print(lazyfuse.config.dynamic_kernels())"],
+        env=dict(os.environ, LAZYFUSE_DYNAMIC="1"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert on.stdout.strip() == "1", on.stderr
 
 
 def test_hugging_face_generate_builds_no_kernel_after_the_fourth_token(kernels: str) -> None:
