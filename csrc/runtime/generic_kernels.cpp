@@ -20,8 +20,9 @@ class GenericTemplate {
   std::vector<bool> generic;       // per literal: a parameter
   std::vector<std::string> fixed;  // per literal: its text where it is not one
   KernelSource source;             // the template text and its parameter types
-  // Weak: a binary is unloaded when no graph's kernel holds it (the kernel
-  // caches keep it, so loading it again compiles nothing).
+  // Weak: a binary is unloaded when no graph's kernel holds it, and loaded
+  // again at its next use, from the kernel caches where they hold its text
+  // (a CPU batch library holds several kernels' texts together).
   std::weak_ptr<LoadedKernel> loaded;
   GenericKernelRecord record;
 
@@ -84,10 +85,11 @@ int DebugLevel() {
   return env == nullptr ? 0 : std::atoi(env);
 }
 
-// LAZYFUSE_DEBUG=2: why a render will compile.
+// LAZYFUSE_DEBUG=2: why a render runs as itself, a binary of its own (the
+// kernel caches may hold it).
 void SayCompiled(const KernelSource& rendered, const char* why) {
   if (DebugLevel() >= 2) {
-    std::cerr << "lazyfuse: kernel " << rendered.name << " compiles specialized: " << why << "\n";
+    std::cerr << "lazyfuse: kernel " << rendered.name << " runs specialized: " << why << "\n";
   }
 }
 

@@ -14,8 +14,8 @@
 //   integers (but 0 and 1) guessed to vary.
 // Renders loaded, specialized or generic, are served from here while some
 // graph's kernel holds their binary, so a graph whose kernels are all known
-// compiles nothing; once none does, the binary unloads, and the kernel
-// caches reload it without compiling.
+// compiles nothing; once none does, the binary unloads, and its next use
+// loads it again.
 
 #include <memory>
 #include <string>
