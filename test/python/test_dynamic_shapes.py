@@ -178,26 +178,25 @@ def test_auto_keeps_the_first_shape_specialized_and_says_why_it_went_generic(
     assert sum(int(record["renders"]) for record in made) >= 2 * len(made)
 
 
+def run_with_dynamic(mode: str, code: str) -> subprocess.CompletedProcess[str]:
+    """Runs `code` in a fresh Python with LAZYFUSE_DYNAMIC=`mode`."""
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        env=dict(os.environ, LAZYFUSE_DYNAMIC=mode),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
 def test_dynamic_mode_is_checked() -> None:
     with pytest.raises(RuntimeError, match="'auto', '0' or '1'"):
         lazyfuse.config.set_dynamic_kernels("yes")  # type: ignore[arg-type]
     assert lazyfuse.config.dynamic_kernels() in ("auto", "0", "1")
-    bad = subprocess.run(
-        [sys.executable, "-c", "import lazyfuse"],
-        env=dict(os.environ, LAZYFUSE_DYNAMIC="maybe"),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    bad = run_with_dynamic("maybe", "import lazyfuse")
     assert bad.returncode != 0
     assert "LAZYFUSE_DYNAMIC is 'maybe'; use auto, 0 or 1" in bad.stderr
-    on = subprocess.run(
-        [sys.executable, "-c", "import lazyfuse; print(lazyfuse.config.dynamic_kernels())"],
-        env=dict(os.environ, LAZYFUSE_DYNAMIC="1"),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    on = run_with_dynamic("1", "import lazyfuse; print(lazyfuse.config.dynamic_kernels())")
     assert on.stdout.strip() == "1", on.stderr
 
 
