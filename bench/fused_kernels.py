@@ -74,10 +74,13 @@ def time_engines(
     fn: Workload,
     x: torch.Tensor,
     timer: Callable[[Callable[[], object]], float],
-    lazy_variants: dict[str, dict[str, object]] | None = None,
+    generic: bool = False,
 ) -> dict[str, float]:
     """Seconds per call of eager, torch.compile and lazyfuse, each timed by
-    `timer`; then lazyfuse again under each variant's kernel settings."""
+    `timer`. lazyfuse runs specialized kernels (sizes as constants), as a
+    program of one shape gets; a sweep of sizes would otherwise time
+    shape-generic ones from its second size on. With `generic`, lazyfuse
+    again on shape-generic kernels (sizes as arguments, LAZYFUSE_DYNAMIC=1)."""
     import lazyfuse
 
     x_lazy = x.to(lazyfuse.lazy_device())
@@ -92,14 +95,12 @@ def time_engines(
         outputs[:] = [fn(x_lazy)]
         lazyfuse.mark_step()
 
-    times = {
-        "eager": timer(lambda: fn(x)),
-        "torch.compile": timer(lambda: compiled(x)),
-        "lazyfuse": timer(run_lazy),
-    }
-    for name, changes in (lazy_variants or {}).items():
-        with lazyfuse.config.kernel_settings_as(**changes):
-            times[name] = timer(run_lazy)
+    times = {"eager": timer(lambda: fn(x)), "torch.compile": timer(lambda: compiled(x))}
+    with lazyfuse.config.dynamic_kernels_as("0"):
+        times["lazyfuse"] = timer(run_lazy)
+    if generic:
+        with lazyfuse.config.dynamic_kernels_as("1"):
+            times["lazyfuse, generic"] = timer(run_lazy)
     return times
 
 
@@ -144,12 +145,16 @@ def sweep(
 
 
 def bench_kernels(
-    max_log2: int, reps: int, min_log2: int = 12, workloads: Sequence[str] = ()
+    max_log2: int,
+    reps: int,
+    min_log2: int = 12,
+    workloads: Sequence[str] = (),
+    generic: bool = False,
 ) -> list[dict[str, object]]:
     return sweep(
         max_log2,
         "cuda",
-        lambda fn, x: time_engines(fn, x, lambda f: time_cuda(f, reps)),
+        lambda fn, x: time_engines(fn, x, lambda f: time_cuda(f, reps), generic),
         lambda numel: copy_gbs(numel, reps),
         min_log2,
         workloads,
@@ -254,6 +259,11 @@ def main() -> int:
     parser.add_argument(
         "--no-launches", action="store_true", help="skip the kernels-per-step table"
     )
+    parser.add_argument(
+        "--generic",
+        action="store_true",
+        help="also time lazyfuse on shape-generic kernels (LAZYFUSE_DYNAMIC=1)",
+    )
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
     parser.add_argument(
         "--profile-engine",
@@ -296,7 +306,7 @@ def main() -> int:
     unknown = set(args.workloads) - set(WORKLOADS)
     if unknown:
         parser.error(f"unknown workloads {sorted(unknown)}; choose from {sorted(WORKLOADS)}")
-    kernels = bench_kernels(args.max_log2, args.reps, args.min_log2, args.workloads)
+    kernels = bench_kernels(args.max_log2, args.reps, args.min_log2, args.workloads, args.generic)
     launches = [] if args.no_launches else training_launches()
     args.out.mkdir(parents=True, exist_ok=True)
     meta = {

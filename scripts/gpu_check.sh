@@ -14,8 +14,9 @@
 # keeps to GPU_CHECK_DEADLINE seconds (default 540): each step is time-boxed,
 # by its own limit and by the time left, and the steps run most useful first
 # (build, fused-kernel tests, kernel and training benchmarks, parity tests,
-# ncu, ncu beside torch.compile and eager, torch.compile's training, GPT-2,
-# the time split); a step with under 15 s left is skipped and says so. Other settings: GPU_CHECK_TEST_TIMEOUT
+# a new shape's cost, ncu, ncu beside torch.compile and eager,
+# torch.compile's training, GPT-2, the time split); a step with under 15 s
+# left is skipped and says so. Other settings: GPU_CHECK_TEST_TIMEOUT
 # (seconds per test), GPU_CHECK_WORKERS (pytest -n), GPU_CHECK_MAX_LOG2
 # (largest benchmark size), GPU_CHECK_HARNESS=1 (also run python -m bench).
 # Seen on an H100 (2026-11-26, round 3): the build takes 2 minutes on 16
@@ -115,14 +116,20 @@ tests && step "fused-kernel tests" tests.log 100 "$PYTHON" -m pytest "${pytest_a
 # 2^12 to 2^28 elements against eager and torch.compile (45 s), then steps
 # per second, kernels per step, an Adam step's peak memory, cache-hit
 # mark_step µs for eager and lazyfuse traced and replayed (25 s).
-benches && step "fused-kernel benchmark" bench.log 110 "$PYTHON" \
-  bench/fused_kernels.py --max-log2 "${GPU_CHECK_MAX_LOG2:-28}" --out /tmp/gpu_check
+# lazyfuse twice: specialized kernels, then shape-generic ones (sizes as
+# arguments), the same kernels a new shape of a known graph runs.
+benches && step "fused-kernel benchmark" bench.log 150 "$PYTHON" \
+  bench/fused_kernels.py --max-log2 "${GPU_CHECK_MAX_LOG2:-28}" --generic --out /tmp/gpu_check
 benches && step "training benchmark" train.log 70 "$PYTHON" bench/gpu_training.py \
   --engines eager,lazyfuse,lazyfuse-replay --out /tmp/gpu_check
 # Parity and training tests on the CUDA backing device (55 s).
 tests && step "parity and training tests" tests.log 90 "$PYTHON" -m pytest "${pytest_args[@]}" \
   test/python/test_ops.py test/python/test_models.py test/python/test_api.py \
   test/python/test_kernel_codegen.py
+# A new sequence length's cost, and shape-generic against specialized kernels
+# at one shape, a training step (NVRTC compiles: about 60 s).
+benches && step "new shapes" train.log 120 "$PYTHON" bench/new_shapes.py --target cuda \
+  --repeats 100 --out /tmp/gc
 # What bounds the row reductions and the x16 chain at 2^24: ncu's
 # speed-of-light and memory sections, at the card's own clocks (15 s each).
 # Shared-memory bank conflicts: the suspected limit of softmax's row cache.
@@ -159,10 +166,6 @@ benches && step "training benchmark, GPT-2" train.log 120 "$PYTHON" bench/gpu_tr
   --models gpt2 --engines eager,lazyfuse,lazyfuse-replay,compile --steps 10 --no-memory \
   --out /tmp/gc
 benches && step "time split" train.log 90 "$PYTHON" bench/gpu_time_split.py --out /tmp/gc
-# A new sequence length's cost, and shape-generic against specialized kernels
-# at one shape (NVRTC compiles: about 60 s).
-benches && step "new shapes" train.log 120 "$PYTHON" bench/new_shapes.py --target cuda \
-  --repeats 100 --out /tmp/gc
 # Minutes long: only on request.
 if benches && [ -n "${GPU_CHECK_HARNESS:-}" ]; then
   step "host overhead" bench.log 300 "$PYTHON" bench/host_overhead.py --out /tmp/lf_host
