@@ -9,6 +9,7 @@
 #include <set>
 
 #include "fusion/rules.h"
+#include "kernels/strategy_constants.h"
 #include "kernels/vector_registers.h"
 #include "kernels/writer.h"
 
@@ -175,8 +176,7 @@ class PointwiseKernel {
     std::string tail_start = "tid";
     if (out_.vector_width > 1) {
       text += VectorLoop(idx);
-      tail_start = "n / " + std::to_string(out_.vector_width) + " * " +
-                   std::to_string(out_.vector_width) + " + tid";
+      tail_start = std::string("n / ") + kVectorWidthName + " * " + kVectorWidthName + " + tid";
     }
     KernelWriter tail(program_, group_, signature_, dialect_, idx);
     tail.Open("for (" + idx + " i = " + tail_start + "; i < n; i += stride)");
@@ -239,13 +239,13 @@ class PointwiseKernel {
     const int width = out_.vector_width;
     KernelWriter lane(program_, group_, signature_, dialect_, idx);
     lane.SetVectorLane("ij", "j");
-    lane.Open("for (int j = 0; j < " + std::to_string(width) + "; ++j)");
+    lane.Open(std::string("for (int j = 0; j < ") + kVectorWidthName + "; ++j)");
     lane.Line("const " + idx + " ij = base + j;");
     StoreAll(lane, KernelIndex{group_.domain, "ij", {}});
     lane.Close();
-    std::string text = "  for (" + idx + " b = tid; b < n / " + std::to_string(width) +
-                       "; b += stride) {\n    const " + idx + " base = b * " +
-                       std::to_string(width) + ";\n";
+    std::string text = "  " + StrategyConstant(kVectorWidthName, width) + "\n";
+    text += "  for (" + idx + " b = tid; b < n / " + kVectorWidthName +
+            "; b += stride) {\n    const " + idx + " base = b * " + kVectorWidthName + ";\n";
     text += VectorLoads(lane, group_, width, "base", "    ");
     text += "#pragma unroll\n" + lane.text();
     text += VectorStores(lane, "base", "    ");

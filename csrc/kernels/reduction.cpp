@@ -25,6 +25,7 @@
 #include "kernels/row_split.h"
 #include "kernels/row_statistics.h"
 #include "kernels/row_vectors.h"
+#include "kernels/strategy_constants.h"
 #include "kernels/writer.h"
 
 namespace lazyfuse {
@@ -98,12 +99,13 @@ class ReductionKernel {
     out_.block_size = block_ ? BlockSize() : 128;
     block_threads_ = out_.block_size;
     if (vector_width_ > 1) {
-      vector_.emplace(w_, group_, dialect_, idx_, cols_, vector_width_, block_threads_);
+      vector_.emplace(w_, group_, dialect_, idx_, cols_, vector_width_);
     }
     if (split()) {
       DeclareStatistics();
       split_->OpenLoop(out_, Welford() ? 3 : OnlineSoftmax() ? 2 : 1);
     } else if (block_) {
+      w_.Line(StrategyConstant(kBlockThreadsName, block_threads_));
       w_.Line("__shared__ " + stat_ + " lf_smem[32];");
       if (row_cache_) {
         w_.Line("__shared__ " + acc_ + " lf_row[" + std::to_string(RowArrayLength(cols_)) + "];");
@@ -152,7 +154,7 @@ class ReductionKernel {
     }
     if (block_) {
       return "LF_UNROLL for (" + idx_ + " c = " + dialect_.thread_index + "; c < " +
-             std::to_string(cols_) + "; c += " + std::to_string(block_threads_) + ")";
+             std::to_string(cols_) + "; c += " + kBlockThreadsName + ")";
     }
     return "for (" + idx_ + " c = 0; c < " + std::to_string(cols_) + "; ++c)";
   }

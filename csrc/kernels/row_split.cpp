@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "kernels/strategy_constants.h"
+
 namespace lazyfuse {
 namespace {
 
@@ -82,6 +84,7 @@ void RowSplit::OpenLoop(KernelSource& out, int stats) {
   std::string chunk;
   if (per_block_) {
     out.block_size = block_threads_;
+    w_.Line(StrategyConstant(kBlockThreadsName, block_threads_));
     w_.Line("__shared__ " + acc_ + " lf_smem[32];");
     if (how_ == Splitting::kOneLaunch) {
       w_.Line("__shared__ bool lf_last;");
@@ -114,7 +117,7 @@ std::string RowSplit::ColumnLoop() const {
     return "for (" + idx_ + " c = lf_begin; c < lf_end; ++c)";
   }
   return "LF_UNROLL for (" + idx_ + " c = lf_begin + " + dialect_.thread_index +
-         "; c < lf_end; c += " + std::to_string(block_threads_) + ")";
+         "; c < lf_end; c += " + kBlockThreadsName + ")";
 }
 
 void RowSplit::Combine(const std::string& acc,
@@ -141,7 +144,7 @@ void RowSplit::Combine(const std::string& acc,
   w_.Open("if (lf_last)");
   w_.Line(acc + " = " + init + ";");
   w_.Open("for (" + idx_ + " k = " + dialect_.thread_index + "; k < " + std::to_string(chunks_) +
-          "; k += " + std::to_string(block_threads_) + ")");
+          "; k += " + kBlockThreadsName + ")");
   w_.Line(acc + " = " + update(acc, partial) + ";");
   w_.Close();
   w_.Line(acc + " = lf_block_reduce(" + acc + ", " + combine + "(), lf_smem);");
@@ -193,7 +196,7 @@ void RowSplit::MergePartials(const std::vector<std::string>& stats, const std::s
   }
   if (per_block_) {
     w_.Open("for (" + idx_ + " k = " + dialect_.thread_index + "; k < " + std::to_string(chunks_) +
-            "; k += " + std::to_string(block_threads_) + ")");
+            "; k += " + kBlockThreadsName + ")");
   } else {
     w_.Open("for (" + idx_ + " k = 0; k < " + std::to_string(chunks_) + "; ++k)");
   }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "kernels/strategy_constants.h"
 #include "kernels/vector_registers.h"
 
 namespace lazyfuse {
@@ -34,21 +35,20 @@ RowVectorLoop::RowVectorLoop(KernelWriter& writer,
                              const KernelDialect& dialect,
                              std::string index_type,
                              int64_t cols,
-                             int width,
-                             int block_threads)
+                             int width)
     : w_(writer),
       group_(group),
       dialect_(dialect),
       idx_(std::move(index_type)),
       cols_(cols),
-      width_(width),
-      block_threads_(block_threads) {}
+      width_(width) {}
 
 void RowVectorLoop::Open() {
-  const std::string width = std::to_string(width_);
+  const std::string width = kVectorWidthName;
   w_.ClearVectorUse();
   w_.Open("LF_UNROLL for (" + idx_ + " lf_cv = " + dialect_.thread_index + "; lf_cv < " +
-          std::to_string(cols_ / width_) + "; lf_cv += " + std::to_string(block_threads_) + ")");
+          std::to_string(cols_ / width_) + "; lf_cv += " + kBlockThreadsName + ")");
+  w_.Line(StrategyConstant(kVectorWidthName, width_));
   w_.Line("const " + idx_ + " lf_vbase = row * " + std::to_string(cols_) + " + lf_cv * " + width +
           ";");
   loads_at_ = w_.Mark();

@@ -28,10 +28,10 @@ class RowVectorLoop {
                 const KernelDialect& dialect,
                 std::string index_type,
                 int64_t cols,
-                int width,
-                int block_threads);
+                int width);
 
-  // Opens the loop over the current row's vectors and the loop over lanes,
+  // Opens the loop over the current row's vectors, a block's threads
+  // (kBlockThreadsName, declared by the kernel) apart, and the loop over lanes,
   // defining column `c`; the caller names the element's linear index
   // (KernelWriter::SetVectorLane(linear, lane())).
   void Open();
@@ -48,7 +48,6 @@ class RowVectorLoop {
   std::string idx_;
   int64_t cols_;
   int width_;
-  int block_threads_;
   size_t loads_at_ = 0;
 };
 

@@ -173,7 +173,11 @@ SourceShape ScanLiterals(const std::string& source, const std::string& kernel_na
     // The loop after "#pragma unroll" walks vector lanes, whose count must
     // stay a constant for the loop to unroll into registers.
     const bool unrolled_loop = i == line_start && FollowsUnrollPragma(source, line_start);
-    if (line_comment || directive || unrolled_loop) {
+    // A constexpr is a strategy constant (a vector loop's lane count): the
+    // loop's registers and unrolling are built on it.
+    const bool strategy_constant = c == 'c' && source.find_first_not_of(" \t", line_start) == i &&
+                                   source.compare(i, 10, "constexpr ") == 0;
+    if (line_comment || directive || unrolled_loop || strategy_constant) {
       const size_t end = std::min(source.find('\n', i), source.size());
       shape.skeleton.append(source, i, end - i);
       i = end;

@@ -8,7 +8,8 @@
 // with the values of any render of the same skeleton computes exactly what
 // that render's own text computes, so a new shape needs a render (cheap) and
 // no compile. Literals that must stay constants (array sizes in declarations,
-// preprocessor lines) stay in the skeleton, and so do comments.
+// preprocessor lines, the lane count after "#pragma unroll", constexpr lines)
+// stay in the skeleton, and so do comments.
 
 #include <cstddef>
 #include <string>

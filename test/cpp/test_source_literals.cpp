@@ -46,8 +46,9 @@ TEST(SourceLiteralsTest, TakesNumbersNotIdentifiersCommentsOrThePrelude) {
   EXPECT_NE(shape.skeleton.find("// 77 in a comment"), std::string::npos);
 }
 
-TEST(SourceLiteralsTest, ArraySizesPragmasAndUnrolledLaneLoopsStayConstants) {
+TEST(SourceLiteralsTest, ArraySizesPragmasUnrolledLaneLoopsAndConstexprsStayConstants) {
   const std::string source = Kernel(
+      "  constexpr int lf_width = 4;\n"
       "  __shared__ float lf_row[256];\n"
       "  union { lf_v16 v; float e[4]; } vo0;\n"
       "  x = lf_partials[row * 64 + 3];\n"
@@ -57,11 +58,13 @@ TEST(SourceLiteralsTest, ArraySizesPragmasAndUnrolledLaneLoopsStayConstants) {
       "  int hex = 0x7f;\n");
   const SourceShape shape = ScanLiterals(source, "lf_k");
   // The index is not a declaration: its numbers vary; the loop after the
-  // pragma keeps its lane count, and hex numbers stay as written.
+  // pragma and the constexpr keep their lane counts, and hex numbers stay as
+  // written.
   EXPECT_EQ(Texts(shape), (std::vector<std::string>{"64", "3", "0", "300"}));
   EXPECT_NE(shape.skeleton.find("lf_row[256]"), std::string::npos);
   EXPECT_NE(shape.skeleton.find("e[4]"), std::string::npos);
   EXPECT_NE(shape.skeleton.find("j < 4; ++j) { y += 9; }"), std::string::npos);
+  EXPECT_NE(shape.skeleton.find("constexpr int lf_width = 4;"), std::string::npos);
 }
 
 TEST(SourceLiteralsTest, RendersAtTwoShapesShareASkeleton) {

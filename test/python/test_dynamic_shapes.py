@@ -75,14 +75,14 @@ def test_transformer_trained_over_24_lengths_builds_no_kernel_once_each_strategy
         torch.testing.assert_close(loss.cpu(), expected.detach(), rtol=1e-5, atol=1e-6)
     for p, q in zip(lazy.parameters(), eager.parameters(), strict=True):
         torch.testing.assert_close(p.cpu(), q.detach(), rtol=1e-4, atol=1e-4)
-    # The first two graphs build their kernels; after them, only a kernel
-    # meeting a new strategy (a split of its rows, say) builds one, once.
     # The first two graphs build their kernels. After them a kernel builds
-    # only where a length changes its structure (a split of its rows, or
-    # index arithmetic that simplifies at a power of two), once per structure.
+    # only where a length changes its structure, once per structure: a split
+    # of its rows, index arithmetic that simplifies at a power of two, or
+    # another vector width or row block size (constants in a template, so
+    # its loops unroll). Emulated: 3 builds at 2 lengths; an H200: 5.
     later = built[3:]
-    assert sum(later) <= 4, built
-    assert sum(1 for count in later if count) <= 2, built
+    assert sum(later) <= 6, built
+    assert sum(1 for count in later if count) <= 4, built
     assert generic_renders() > 0
 
 

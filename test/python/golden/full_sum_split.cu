@@ -1,4 +1,5 @@
 extern "C" __global__ void lf_reduction_mul_sum(const float* __restrict__ in0, float* __restrict__ out0, float* __restrict__ lf_partials, unsigned int* __restrict__ lf_counters) {
+  constexpr int lf_threads = 512;
   __shared__ float lf_smem[32];
   __shared__ bool lf_last;
   for (int lf_item = blockIdx.x; lf_item < 32; lf_item += gridDim.x) {
@@ -6,7 +7,7 @@ extern "C" __global__ void lf_reduction_mul_sum(const float* __restrict__ in0, f
     const int lf_begin = (lf_item % 32) * 2048;
     const int lf_end = lf_begin + 2048 < 65536 ? lf_begin + 2048 : 65536;
     float a0 = 0;
-    LF_UNROLL for (int c = lf_begin + threadIdx.x; c < lf_end; c += 512) {
+    LF_UNROLL for (int c = lf_begin + threadIdx.x; c < lf_end; c += lf_threads) {
       const int p1 = row * 65536 + c;
       const float v2 = lf_ld(in0, p1);
       const float v3 = (float)(((float)v2) * ((float)v2));  // aten::mul.Tensor
@@ -19,7 +20,7 @@ extern "C" __global__ void lf_reduction_mul_sum(const float* __restrict__ in0, f
     __syncthreads();
     if (lf_last) {
       a0 = 0;
-      for (int k = threadIdx.x; k < 32; k += 512) {
+      for (int k = threadIdx.x; k < 32; k += lf_threads) {
         a0 = a0 + lf_ld_published(lf_partials, row * 32 + k);
       }
       a0 = lf_block_reduce(a0, lf_sum_op(), lf_smem);

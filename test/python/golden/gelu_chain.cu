@@ -2,13 +2,14 @@ extern "C" __global__ void lf_pointwise_mul_gelu_tanh_mul(const float* in0, doub
   const int n = 1001;
   const int stride = (int)gridDim.x * blockDim.x;
   const int tid = (int)blockIdx.x * blockDim.x + threadIdx.x;
-  for (int b = tid; b < n / 4; b += stride) {
-    const int base = b * 4;
+  constexpr int lf_width = 4;
+  for (int b = tid; b < n / lf_width; b += stride) {
+    const int base = b * lf_width;
     union { lf_v16 v; float e[4]; } vi0;
     vi0.v = lf_vload<lf_v16>(in0 + base);
     union { lf_v16 v; float e[4]; } vo0;
 #pragma unroll
-  for (int j = 0; j < 4; ++j) {
+  for (int j = 0; j < lf_width; ++j) {
     const int ij = base + j;
     const float v0 = (float)(((float)vi0.e[j]) * ((float)s1));  // aten::mul.Tensor
     const float v1 = (float)(lf_gelu(((float)v0)));  // aten::gelu
@@ -18,7 +19,7 @@ extern "C" __global__ void lf_pointwise_mul_gelu_tanh_mul(const float* in0, doub
   }
     lf_vstore(out0 + base, vo0.v);
   }
-  for (int i = n / 4 * 4 + tid; i < n; i += stride) {
+  for (int i = n / lf_width * lf_width + tid; i < n; i += stride) {
     const float v0 = lf_ld(in0, i);
     const float v1 = (float)(((float)v0) * ((float)s1));  // aten::mul.Tensor
     const float v2 = (float)(lf_gelu(((float)v1)));  // aten::gelu

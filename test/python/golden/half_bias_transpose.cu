@@ -2,11 +2,12 @@ extern "C" __global__ void lf_pointwise_tcopy_add_relu(const lf_half* __restrict
   const int n = 128;
   const int stride = (int)gridDim.x * blockDim.x;
   const int tid = (int)blockIdx.x * blockDim.x + threadIdx.x;
-  for (int b = tid; b < n / 8; b += stride) {
-    const int base = b * 8;
+  constexpr int lf_width = 8;
+  for (int b = tid; b < n / lf_width; b += stride) {
+    const int base = b * lf_width;
     union { lf_v16 v; lf_half e[8]; } vo0;
 #pragma unroll
-  for (int j = 0; j < 8; ++j) {
+  for (int j = 0; j < lf_width; ++j) {
     const int ij = base + j;
     const int x0 = (ij) / 16;
     const int x1 = ((ij)) % 16;
@@ -20,7 +21,7 @@ extern "C" __global__ void lf_pointwise_tcopy_add_relu(const lf_half* __restrict
   }
     lf_vstore(out0 + base, vo0.v);
   }
-  for (int i = n / 8 * 8 + tid; i < n; i += stride) {
+  for (int i = n / lf_width * lf_width + tid; i < n; i += stride) {
     const int x0 = (i) / 16;
     const int x1 = ((i)) % 16;
     const int l2 = x1 * 8 + x0;

@@ -1,10 +1,11 @@
 extern "C" __global__ void lf_reduction_nativelayernorm(const float* __restrict__ in0, const float* __restrict__ in1, const float* __restrict__ in2, float* __restrict__ out0) {
+  constexpr int lf_threads = 64;
   __shared__ double lf_smem[32];
   __shared__ float lf_row[64];
   for (int row = blockIdx.x; row < 4; row += gridDim.x) {
     const int x0 = (row);
     double a1 = 0;
-    LF_UNROLL for (int c = threadIdx.x; c < 64; c += 64) {
+    LF_UNROLL for (int c = threadIdx.x; c < 64; c += lf_threads) {
       const int p2 = row * 64 + c;
       const float v3 = lf_ld(in0, p2);
       lf_row[c] = ((float)v3);
@@ -13,7 +14,7 @@ extern "C" __global__ void lf_reduction_nativelayernorm(const float* __restrict_
     a1 = lf_block_reduce(a1, lf_sum_op(), lf_smem);
     const double m4 = a1 / (double)64;
     double a5 = 0;
-    LF_UNROLL for (int c = threadIdx.x; c < 64; c += 64) {
+    LF_UNROLL for (int c = threadIdx.x; c < 64; c += lf_threads) {
       const int p6 = row * 64 + c;
       a5 = a5 + (lf_row[c] - m4) * (lf_row[c] - m4);
     }
@@ -21,7 +22,7 @@ extern "C" __global__ void lf_reduction_nativelayernorm(const float* __restrict_
     const float rstd7 = lf_rsqrt((float)(a5 / (double)64) + (float)(1.0000000000000001e-05));
     const float r8 = (float)(m4);
     const float r9 = (float)(rstd7);
-    LF_UNROLL for (int c = threadIdx.x; c < 64; c += 64) {
+    LF_UNROLL for (int c = threadIdx.x; c < 64; c += lf_threads) {
       const int p10 = row * 64 + c;
       const int x11 = (p10) / 64;
       const int x12 = ((p10)) % 64;

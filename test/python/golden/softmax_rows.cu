@@ -1,16 +1,18 @@
 extern "C" __global__ void lf_reduction_softmax(const float* __restrict__ in0, float* __restrict__ out0) {
+  constexpr int lf_threads = 64;
   __shared__ float lf_smem[32];
   __shared__ float lf_row[256];
   for (int row = blockIdx.x; row < 8; row += gridDim.x) {
     const int x0 = (row);
     float a1 = -LF_INF;
-    LF_UNROLL for (int lf_cv = threadIdx.x; lf_cv < 64; lf_cv += 64) {
-      const int lf_vbase = row * 256 + lf_cv * 4;
+    LF_UNROLL for (int lf_cv = threadIdx.x; lf_cv < 64; lf_cv += lf_threads) {
+      constexpr int lf_width = 4;
+      const int lf_vbase = row * 256 + lf_cv * lf_width;
       union { lf_v16 v; float e[4]; } vi0;
       vi0.v = lf_vload<lf_v16>(in0 + lf_vbase);
       #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int c = lf_cv * 4 + j;
+      for (int j = 0; j < lf_width; ++j) {
+        const int c = lf_cv * lf_width + j;
         const int p2 = row * 256 + c;
         lf_row[c] = ((float)vi0.e[j]);
         a1 = lf_max_combine(a1, lf_row[c]);
@@ -18,22 +20,24 @@ extern "C" __global__ void lf_reduction_softmax(const float* __restrict__ in0, f
     }
     a1 = lf_block_reduce(a1, lf_max_op(), lf_smem);
     float a3 = 0;
-    LF_UNROLL for (int lf_cv = threadIdx.x; lf_cv < 64; lf_cv += 64) {
-      const int lf_vbase = row * 256 + lf_cv * 4;
+    LF_UNROLL for (int lf_cv = threadIdx.x; lf_cv < 64; lf_cv += lf_threads) {
+      constexpr int lf_width = 4;
+      const int lf_vbase = row * 256 + lf_cv * lf_width;
       #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int c = lf_cv * 4 + j;
+      for (int j = 0; j < lf_width; ++j) {
+        const int c = lf_cv * lf_width + j;
         const int p4 = row * 256 + c;
         a3 = a3 + lf_exp(lf_row[c] - a1);
       }
     }
     a3 = lf_block_reduce(a3, lf_sum_op(), lf_smem);
-    LF_UNROLL for (int lf_cv = threadIdx.x; lf_cv < 64; lf_cv += 64) {
-      const int lf_vbase = row * 256 + lf_cv * 4;
+    LF_UNROLL for (int lf_cv = threadIdx.x; lf_cv < 64; lf_cv += lf_threads) {
+      constexpr int lf_width = 4;
+      const int lf_vbase = row * 256 + lf_cv * lf_width;
       union { lf_v16 v; float e[4]; } vo0;
       #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int c = lf_cv * 4 + j;
+      for (int j = 0; j < lf_width; ++j) {
+        const int c = lf_cv * lf_width + j;
         const int p5 = row * 256 + c;
         const float v6 = (float)(lf_exp(lf_row[c] - a1) / a3);
         vo0.e[j] = (float)(v6);
