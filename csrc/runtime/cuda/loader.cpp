@@ -182,6 +182,11 @@ const DriverApi& Driver() {
       failure = "the CUDA driver at " + api.path + " lacks " + missing;
       return;
     }
+    std::string optional;
+    Bind(handle,
+         "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+         api.cuOccupancyMaxActiveBlocksPerMultiprocessor,
+         &optional);
     const int status = api.cuInit(0);
     if (status != 0) {
       failure = "cuInit failed with CUDA driver error " + std::to_string(status);

@@ -48,6 +48,8 @@ struct DriverApi {
   int (*cuModuleLoadData)(CUmodule*, const void*);
   int (*cuModuleUnload)(CUmodule);
   int (*cuModuleGetFunction)(CUfunction*, CUmodule, const char*);
+  // Optional (nullptr if missing): how many blocks of a size fit an SM.
+  int (*cuOccupancyMaxActiveBlocksPerMultiprocessor)(int*, CUfunction, int, size_t);
   int (*cuLaunchKernel)(CUfunction,
                         unsigned int,
                         unsigned int,
