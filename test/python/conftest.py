@@ -18,9 +18,13 @@ def lazy() -> torch.device:
 
 @pytest.fixture(autouse=True)
 def _fresh_step():
-    # Each test starts from a clean step: nothing pending, counters at zero.
+    # Each test starts from a clean step: nothing pending, counters at zero,
+    # and no kernel structure seen, as in a new process. Otherwise a kernel
+    # an earlier test rendered at another shape comes back shape-generic
+    # (LAZYFUSE_DYNAMIC=auto), and what a test sees depends on test order.
     lazyfuse.mark_step()
     lazyfuse.metrics.reset()
+    lazyfuse.debug.clear_generic_kernels()
     yield
     lazyfuse.mark_step()
 
