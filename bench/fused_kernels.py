@@ -74,13 +74,16 @@ def time_engines(
     fn: Workload,
     x: torch.Tensor,
     timer: Callable[[Callable[[], object]], float],
+    lazy_variants: dict[str, dict[str, object]] | None = None,
+    *,
     generic: bool = False,
 ) -> dict[str, float]:
     """Seconds per call of eager, torch.compile and lazyfuse, each timed by
-    `timer`. lazyfuse runs specialized kernels (sizes as constants), as a
-    program of one shape gets; a sweep of sizes would otherwise time
-    shape-generic ones from its second size on. With `generic`, lazyfuse
-    again on shape-generic kernels (sizes as arguments, LAZYFUSE_DYNAMIC=1)."""
+    `timer`; then lazyfuse again under each variant's kernel settings.
+    lazyfuse runs specialized kernels (sizes as constants), as a program of
+    one shape gets; a sweep of sizes would otherwise time shape-generic ones
+    from its second size on. With `generic`, lazyfuse again on shape-generic
+    kernels (sizes as arguments, LAZYFUSE_DYNAMIC=1)."""
     import lazyfuse
 
     x_lazy = x.to(lazyfuse.lazy_device())
@@ -98,6 +101,9 @@ def time_engines(
     times = {"eager": timer(lambda: fn(x)), "torch.compile": timer(lambda: compiled(x))}
     with lazyfuse.config.dynamic_kernels_as("0"):
         times["lazyfuse"] = timer(run_lazy)
+        for name, changes in (lazy_variants or {}).items():
+            with lazyfuse.config.kernel_settings_as(**changes):
+                times[name] = timer(run_lazy)
     if generic:
         with lazyfuse.config.dynamic_kernels_as("1"):
             times["lazyfuse, generic"] = timer(run_lazy)
@@ -154,7 +160,7 @@ def bench_kernels(
     return sweep(
         max_log2,
         "cuda",
-        lambda fn, x: time_engines(fn, x, lambda f: time_cuda(f, reps), generic),
+        lambda fn, x: time_engines(fn, x, lambda f: time_cuda(f, reps), generic=generic),
         lambda numel: copy_gbs(numel, reps),
         min_log2,
         workloads,
