@@ -137,7 +137,7 @@ State& GetState() {
 }  // namespace
 
 void RecordCompile(const Program& program, size_t node_count) {
-  CompileRecord record{PendingGraphHash(), node_count, UserCallSite(), ""};
+  CompileRecord record{PendingGraphHash(), node_count, UserCallSite(), "", &program, {}};
   Signature signature = SignatureOf(program);
   State& state = GetState();
   {
@@ -154,6 +154,17 @@ void RecordCompile(const Program& program, size_t node_count) {
     std::cerr << "[lazyfuse] compile hash=" << torch::lazy::HashToString(record.hash)
               << " nodes=" << record.node_count << " cause: " << record.cause << " at "
               << record.call_site << std::endl;
+  }
+}
+
+void NoteGenericKernel(const void* program, std::string note) {
+  State& state = GetState();
+  std::lock_guard<std::mutex> lock(state.mutex);
+  for (auto it = state.records.rbegin(); it != state.records.rend(); ++it) {
+    if (it->program == program) {
+      it->generic.push_back(std::move(note));
+      return;
+    }
   }
 }
 

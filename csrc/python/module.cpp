@@ -172,6 +172,7 @@ PYBIND11_MODULE(_C, m) {
       entry["nodes"] = record.node_count;
       entry["call_site"] = record.call_site;
       entry["cause"] = record.cause;
+      entry["generic"] = record.generic;
       out.append(entry);
     }
     return out;

@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "kernels/source_literals.h"
+#include "program/compile_log.h"
 
 namespace lazyfuse {
 
@@ -286,6 +287,14 @@ KernelChoice ChooseKernel(KernelSource rendered, const void* program) {
   }
   skeleton.templates.push_back(
       MakeTemplate(choice.rendered, shape, texts, skeleton.first_texts, std::move(mask)));
+  const GenericKernelRecord& made = skeleton.templates.back()->record;
+  std::string why = mode == DynamicKernels::kOn ? "LAZYFUSE_DYNAMIC=1"
+                    : skeleton.generic_from_start
+                        ? "a new strategy of a kernel an earlier graph ran"
+                        : "a new shape (" + made.changes + ")";
+  NoteGenericKernel(program,
+                    made.name + ": " + std::to_string(made.parameters) + " of " +
+                        std::to_string(made.literals) + " literals as parameters, for " + why);
   UseTemplate(choice, skeleton.templates.back(), shape);
   return choice;
 }

@@ -33,9 +33,12 @@ def compile_log() -> list[dict[str, object]]:
     """Returns the recent uncached compiles, oldest first.
 
     Each entry has ``hash``, ``nodes``, ``call_site`` (the Python line whose
-    read or ``mark_step`` triggered it) and ``cause``: what changed against the
+    read or ``mark_step`` triggered it), ``cause``: what changed against the
     previous graph compiled from that line (an input's shape or dtype, or a
-    node). ``LAZYFUSE_DEBUG=1`` prints each entry as it happens.
+    node), and ``generic``: the graph's kernels that went shape-generic
+    (``config.dynamic_kernels``), each with why ("a new shape (60 -> 70)",
+    a new strategy of a kernel seen before, or ``LAZYFUSE_DYNAMIC=1``).
+    ``LAZYFUSE_DEBUG=1`` prints each entry as it happens.
     """
     return list(_C._compile_log())
 

@@ -169,6 +169,7 @@ def test_dynamic_1_is_generic_from_the_first_shape(kernels: str) -> None:
 def test_auto_keeps_the_first_shape_specialized_and_says_why_it_went_generic(
     kernels: str,
 ) -> None:
+    lazyfuse.debug.clear_compile_log()
     run_shapes(chain, [60])
     assert lazyfuse.debug.generic_kernels() == []
     run_shapes(chain, [70, 80])
@@ -176,6 +177,14 @@ def test_auto_keeps_the_first_shape_specialized_and_says_why_it_went_generic(
     assert made
     assert any("60 -> 70" in str(record["changes"]) for record in made), made
     assert sum(int(record["renders"]) for record in made) >= 2 * len(made)
+    # The compile log names the graph whose kernels went generic, and why.
+    log = lazyfuse.debug.compile_log()
+    assert [len(entry["generic"]) for entry in log] == [0, len(made), 0], log
+    notes = [str(note) for note in log[1]["generic"]]
+    assert sorted(note.split(":")[0] for note in notes) == sorted(str(r["name"]) for r in made)
+    # Softmax's rows of 70 lose the 16-byte loads rows of 60 had: a new strategy.
+    assert all("for a new shape (" in note or "for a new strategy" in note for note in notes)
+    assert any("for a new shape (" in note and "60 -> 70" in note for note in notes), notes
 
 
 def run_with_dynamic(mode: str, code: str) -> subprocess.CompletedProcess[str]:
