@@ -8,6 +8,8 @@
 #   bash scripts/gpu_check.sh --tests-only
 #   bash scripts/gpu_check.sh --bench-only  # still builds first
 #   bash scripts/gpu_check.sh --build-only  # the part a CPU machine can check
+#   GPU_CHECK_PREBUILT=1 bash scripts/gpu_check.sh  # _C carried, built by
+#                                   # scripts/build_for_gpu_machine.sh (saves 2 min)
 #
 # Logs and Markdown go to $OUT (default ./gpu_out), 7 files; a short
 # summary is printed last. A session has 15 device minutes, so the whole run
@@ -86,7 +88,19 @@ fi
 # GoogleTest may be missing; the Python suite is what this machine is for.
 export MAX_JOBS=${MAX_JOBS:-$(nproc)}
 export LAZYFUSE_BUILD_TESTS=${LAZYFUSE_BUILD_TESTS:-OFF}
-step build build.log 240 "$PYTHON" -m pip install --no-build-isolation --no-deps --no-index -e .
+# GPU_CHECK_PREBUILT=1: _C was built on the CPU machine for this one
+# (scripts/build_for_gpu_machine.sh) and carried with the call.
+if [ -n "${GPU_CHECK_PREBUILT:-}" ]; then
+  if ls python/lazyfuse/_C.cpython-312-*.so >/dev/null 2>&1; then
+    export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
+    summary+=("SKIP build (prebuilt _C, scripts/build_for_gpu_machine.sh)")
+  else
+    summary+=("FAIL build (GPU_CHECK_PREBUILT=1, but no python/lazyfuse/_C.cpython-312-*.so was carried)")
+    status=1
+  fi
+else
+  step build build.log 240 "$PYTHON" -m pip install --no-build-isolation --no-deps --no-index -e .
+fi
 for so in python/lazyfuse/_C*.so; do
   echo "$so needs: $(readelf -d "$so" 2>/dev/null | grep -o 'lib[a-z0-9_+-]*\.so[.0-9]*' | tr '\n' ' ')"
 done >>"$OUT/build.log" 2>&1

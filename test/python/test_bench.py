@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -34,9 +36,11 @@ def test_gpu_training_smoke_runs_every_model(tmp_path: Path) -> None:
     assert "| mlp | lazyfuse |" in (tmp_path / "gpu_training.md").read_text()
 
 
-def test_gpu_check_script_parses() -> None:
+@pytest.mark.parametrize("script", ["gpu_check.sh", "build_for_gpu_machine.sh"])
+def test_gpu_scripts_parse(script: str) -> None:
+    # Both run only where a GPU is lent; a syntax error would cost device time.
     run = subprocess.run(
-        ["bash", "-n", "scripts/gpu_check.sh"], cwd=ROOT, capture_output=True, text=True
+        ["bash", "-n", f"scripts/{script}"], cwd=ROOT, capture_output=True, text=True
     )
     assert run.returncode == 0, run.stderr
 
