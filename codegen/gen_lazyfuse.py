@@ -25,8 +25,8 @@ import torchgen.gen_lazy_tensor as gen_lazy_tensor
 from torchgen.api.lazy import LazyArgument, LazyIrSchema, isValueType, tensorListValueT
 from torchgen.api.types import BaseCType, DispatcherSignature, NativeSignature, OptionalCType
 from torchgen.dest.lazy_ir import GenLazyIR, GenLazyNativeFuncDefinition, gen_fallback_code
-from torchgen.gen import parse_native_yaml
-from torchgen.model import BackendMetadata, NativeFunction
+from torchgen.gen import get_grouped_native_functions, parse_native_yaml
+from torchgen.model import BackendMetadata, NativeFunction, NativeFunctionsGroup
 
 ATEN_PATH = os.path.join(os.path.dirname(torchgen.__file__), "packaged", "ATen")
 
@@ -40,15 +40,45 @@ KIND_OVERRIDES = {
 }
 
 
-def load_tags() -> dict[str, set[str]]:
+def load_native_functions() -> list[NativeFunction]:
     native = os.path.join(ATEN_PATH, "native")
     parsed = parse_native_yaml(
         os.path.join(native, "native_functions.yaml"), os.path.join(native, "tags.yaml")
     )
-    return {str(f.func.name): set(f.tags) for f in parsed.native_functions}
+    return parsed.native_functions
+
+
+def load_tags(functions: list[NativeFunction]) -> dict[str, set[str]]:
+    return {str(f.func.name): set(f.tags) for f in functions}
 
 
 TAGS: dict[str, set[str]] = {}
+
+
+def load_out_variants(functions: list[NativeFunction]) -> dict[str, str]:
+    """By functional op, the at::_ops name of its structured out= variant,
+    for ops with one result and no generator. A structured pointwise kernel
+    is one TensorIterator loop, which may write its result over an input of
+    the same layout: element i is read before it is written. Unstructured
+    out= kernels may be several passes (mse_loss_backward's subtracts, then
+    multiplies by an input), so they are left out."""
+    variants = {}
+    for group in get_grouped_native_functions(functions):
+        if not isinstance(group, NativeFunctionsGroup) or group.out is None:
+            continue
+        func = group.functional.func
+        generator = any("Generator" in str(a.type) for a in func.arguments.flat_all)
+        if group.structured and len(func.returns) == 1 and not generator:
+            variants[str(func.name)] = group.out.func.name.unambiguous_name()
+    return variants
+
+
+OUT_VARIANTS: dict[str, str] = {}
+
+# Ops that write a constant over their input's shape and read none of its
+# values, by their in-place variant. Their out= variants are generated as the
+# functional op plus a copy, which would allocate all the same.
+CONSTANT_FILLS = {"zero": "zero_", "fill.Scalar": "fill__Scalar"}
 
 
 def step_kind(op_name: str) -> str:
@@ -172,6 +202,32 @@ class GenLazyFuseIR(GenLazyIR):
                 call_args.append(dispatcher_arg(str(arg.orig_type), local))
                 attrs.append(f'{{"{arg.name}", lazyfuse::ToAttr({local})}}')
         aten_op = executed_op(op_name, schema.func.name.unambiguous_name())
+        into_call = None
+        if step_kind(op_name) != "kPointwise":
+            pass
+        elif op_name in OUT_VARIANTS:
+            into_call = f"{OUT_VARIANTS[op_name]}::call({', '.join(call_args + ['lf_into'])})"
+        elif op_name in CONSTANT_FILLS:
+            into_call = f"{CONSTANT_FILLS[op_name]}::call({', '.join(['lf_into'] + call_args[1:])})"
+        if aten_op in ("detach", "alias"):
+            # The input itself when nothing else reads it (KernelArgs::PassInput).
+            reads.append(
+                "if (at::Tensor lf_same = args.PassInput(0); lf_same.defined()) {\n"
+                "        return {lf_same};\n"
+                "      }"
+            )
+        if into_call:
+            # Written over an input the run no longer needs, as eager's
+            # in-place optimizer updates are (KernelArgs::TakeInputFor).
+            captures.append("const at::ScalarType lf_dtype = this->shape(0).scalar_type();")
+            captures.append("const std::vector<int64_t> lf_sizes = this->shape(0).sizes().vec();")
+            reads.append(
+                "if (at::Tensor lf_into = args.TakeInputFor(lf_dtype, lf_sizes); "
+                "lf_into.defined()) {\n"
+                f"        at::_ops::{into_call};\n"
+                "        return {lf_into};\n"
+                "      }"
+            )
         capture_block = "\n    ".join(captures)
         read_block = "\n      ".join(reads)
         return f"""{signature} {{
@@ -356,7 +412,9 @@ def main() -> None:
 
     import torch  # noqa: F401  (validate_with_torch_header finds torch's header)
 
-    TAGS.update(load_tags())
+    functions = load_native_functions()
+    TAGS.update(load_tags(functions))
+    OUT_VARIANTS.update(load_out_variants(functions))
     gen_lazy_tensor.validate_shape_inference_header = validate_with_torch_header(
         options.shape_inference_hdr
     )

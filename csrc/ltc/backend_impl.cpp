@@ -86,7 +86,8 @@ std::string WhyResultsPending(const ProgramRun& run) {
   return "the graph " + cause +
          ", so it cannot be redone from the start. Nothing is lost: the tensors it computes keep "
          "their pending values, and the graph finishes when one of them is next read (free "
-         "memory first if it ran out)." +
+         "memory first if it ran out). A step that fails on its inputs' values fails again "
+         "while a tensor that needs it is alive: delete those tensors, then read the others." +
          (run.ran_collective.empty() ? std::string(" LAZYFUSE_DONATE=0 turns donation off.")
                                      : std::string());
 }
@@ -114,7 +115,7 @@ std::vector<const DerivedResult*> DerivedByResult(const Program& program) {
 // only at the last read of any of them (StartProgram).
 std::vector<bool> DonatedArguments(c10::ArrayRef<torch::lazy::BackendDataPtr> arguments) {
   std::vector<bool> donated(arguments.size(), false);
-  if (!DonationEnabled() || !FusedKernelsEnabled()) {
+  if (!DonationEnabled()) {
     return donated;
   }
   // By tensor: how many arguments hold it, and whether each may be overwritten.

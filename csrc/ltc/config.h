@@ -42,9 +42,9 @@ uint64_t KernelSettingsHash();
 // on the CPU as native CPU kernels or under CUDA emulation.
 bool FusedKernelsEnabled();
 
-// Buffer donation: at mark_step, a fused kernel may write a result into the
-// memory of a parameter nothing else will read, so optimizer steps update in
-// place. On unless LAZYFUSE_DONATE=0; the setter serves tests.
+// Buffer donation: at mark_step, a fused kernel or a pointwise ATen step may
+// write a result into the memory of a parameter nothing else will read, so
+// optimizer steps update in place. On unless LAZYFUSE_DONATE=0; the setter serves tests.
 bool DonationEnabled();
 void SetDonation(bool enabled);
 

@@ -198,6 +198,8 @@ std::vector<at::Tensor> ContinueProgram(ProgramRun& run, const std::vector<bool>
       for (BufferId id : overwritten) {
         if (run.donated[id] != 0) {
           run.overwrote_parameter = true;
+        }
+        if (run.donated[id] == 1) {
           TORCH_LAZY_COUNTER("LazyFuseDonatedParameters", 1);
         }
       }
@@ -242,15 +244,33 @@ std::vector<at::Tensor> ContinueProgram(ProgramRun& run, const std::vector<bool>
                 " tensors, expected ",
                 step.outputs.size());
     for (size_t j = 0; j < outs.size(); ++j) {
-      const BufferId id = step.outputs[j];
-      slots[id] = std::move(outs[j]);
-      run.owned[id] = SharesNoMemory(slots[id]);
+      slots[step.outputs[j]] = std::move(outs[j]);
     }
+    outs.clear();
     if (MemoryMeter* meter = ActiveMemoryMeter(); meter != nullptr && meter->PeakUndescribed()) {
       meter->DescribePeak(HeldBuffers(program, slots, i));
     }
+    // A result that is an owned input dying here (written over it, or
+    // passed through) stays the run's, and a donated parameter's memory stays
+    // donated: its lazy tensor still holds it, but nothing reads it.
+    std::vector<std::pair<const c10::TensorImpl*, BufferId>> dying;
     for (BufferId id : program.release_after[i]) {
+      if (run.owned[id] != 0 && slots[id].defined()) {
+        dying.emplace_back(slots[id].unsafeGetTensorImpl(), id);
+      }
       slots[id].reset();
+    }
+    for (BufferId id : step.outputs) {
+      const at::Tensor& out = slots[id];
+      const auto from = std::find_if(dying.begin(), dying.end(), [&](const auto& entry) {
+        return out.defined() && entry.first == out.unsafeGetTensorImpl();
+      });
+      if (from == dying.end()) {
+        run.owned[id] = SharesNoMemory(out);
+      } else {
+        run.owned[id] = out.has_storage() && out.storage().use_count() == 1;
+        run.donated[id] = run.owned[id] != 0 && run.donated[from->second] != 0 ? 2 : 0;
+      }
     }
   }
   run.next_step = program.steps.size();

@@ -20,7 +20,8 @@ struct ProgramRun {
   // Buffers whose memory the run may give to the step that reads them last:
   // donated parameters, and step outputs that share no memory.
   std::vector<uint8_t> owned;
-  std::vector<uint8_t> donated;  // by buffer: a donated parameter
+  // By buffer: 1, a donated parameter; 2, a step's result in one's memory.
+  std::vector<uint8_t> donated;
   size_t next_step = 0;
   bool overwrote_parameter = false;
   // A collective step ran (or failed): the run must never start over, or

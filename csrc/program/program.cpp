@@ -61,6 +61,36 @@ void KernelArgs::overwrote(size_t input) {
   overwritten_->push_back(inputs_[input]);
 }
 
+at::Tensor KernelArgs::TakeInputFor(at::ScalarType dtype, c10::IntArrayRef sizes) {
+  if (owned_ == nullptr || !at::isFloatingType(dtype)) {
+    return at::Tensor();
+  }
+  for (size_t k = 0; k < inputs_.size(); ++k) {
+    const at::Tensor& input = slots_[inputs_[k]];
+    // Contiguous and alone in its storage: the result's element i lands on
+    // the element i the step reads, and no view of the input sees it change.
+    if (may_overwrite(k) && input.defined() && input.scalar_type() == dtype &&
+        input.device() == device_ && input.sizes() == sizes && input.is_contiguous() &&
+        input.has_storage() && input.storage().use_count() == 1 &&
+        !input.unsafeGetTensorImpl()->is_wrapped_number()) {
+      overwrote(k);
+      return input;
+    }
+  }
+  return at::Tensor();
+}
+
+at::Tensor KernelArgs::PassInput(size_t input) {
+  if (!may_overwrite(input)) {
+    return at::Tensor();
+  }
+  const at::Tensor& tensor = slots_[inputs_[input]];
+  if (tensor.device() != device_ || tensor.unsafeGetTensorImpl()->is_wrapped_number()) {
+    return at::Tensor();
+  }
+  return tensor;
+}
+
 at::Tensor KernelArgs::OnDevice(const at::Tensor& tensor) const {
   // A Python number stays a CPU wrapped number, as in eager: on the device
   // it would promote as a 0-dim tensor (int_tensor + 2.5 in double).

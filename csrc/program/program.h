@@ -73,6 +73,17 @@ class KernelArgs {
   bool may_overwrite(size_t input) const;
   // The step wrote a result into input `input`'s memory.
   void overwrote(size_t input);
+  // For a pointwise ATen step with an out= variant: the memory of an input
+  // it may overwrite and that fits its `dtype` result of `sizes` exactly,
+  // recorded as overwritten; undefined when none fits. Only floating types,
+  // whose kernels never fail on values, so no value is lost to a failure
+  // halfway through (integer division by zero raises).
+  at::Tensor TakeInputFor(at::ScalarType dtype, c10::IntArrayRef sizes);
+  // Input `input` itself, for a step whose result is exactly its input
+  // (detach, alias), when the step reads it last and the run owns it: a new
+  // tensor over the same memory would keep later steps from writing over
+  // it. Undefined when the input lives on.
+  at::Tensor PassInput(size_t input);
 
  private:
   const at::Tensor& Next();

@@ -97,9 +97,10 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=600, help="seconds per graph")
     parser.add_argument(
         "--target",
-        choices=["emulated", "cpu"],
+        choices=["emulated", "cpu", "aten"],
         default="emulated",
-        help="on the CPU backing device: emulated CUDA kernels, or native CPU kernels",
+        help="on the CPU backing device: emulated CUDA kernels, native CPU kernels, or ATen"
+        " steps only",
     )
     options = parser.parse_args()
     chunk = -(-options.graphs // options.workers)

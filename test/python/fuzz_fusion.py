@@ -406,9 +406,10 @@ def main() -> int:
     parser.add_argument("--index", type=int, help="check and print this one graph")
     parser.add_argument(
         "--target",
-        choices=["emulated", "cpu"],
+        choices=["emulated", "cpu", "aten"],
         default="emulated",
-        help="on the CPU backing device: emulated CUDA kernels, or native CPU kernels",
+        help="on the CPU backing device: emulated CUDA kernels, native CPU kernels, or ATen"
+        " steps only",
     )
     options = parser.parse_args()
     if lazyfuse.config.backing_device().type != "cuda":
@@ -418,7 +419,7 @@ def main() -> int:
                 emulated_block=32,
                 emulated_grid=3,
                 strict=True,
-                cpu_kernels=True,
+                cpu_kernels=options.target == "cpu",
             )
         )
     if options.index is not None:

@@ -1,7 +1,8 @@
-"""Buffer donation: at mark_step, a fused kernel writes a result over the
-memory of a parameter that nothing else will read, so optimizer steps update
-in place. Values must match eager and the same run with donation off, and
-memory that anything can still read must never be written."""
+"""Buffer donation: at mark_step, a fused kernel or a pointwise ATen step
+writes a result over the memory of a parameter that nothing else will read,
+so optimizer steps update in place. Values must match eager and the same run
+with donation off, and memory that anything can still read must never be
+written. Tests parametrized on `steps` run on both."""
 
 from __future__ import annotations
 
@@ -19,12 +20,22 @@ pytestmark = pytest.mark.skipif(not (ON_CUDA or HOST_COMPILER), reason=NO_FUSED_
 DONATED = "LazyFuseDonatedParameters"
 
 
+# On a GPU both run fused kernels: the CUDA backing device always fuses.
+BOTH_STEPS = pytest.mark.parametrize("steps", ["fused", "aten"])
+
+
 @pytest.fixture(autouse=True)
-def kernels(fused_kernels: None) -> Iterator[None]:
+def kernels(fused_kernels: None, request: pytest.FixtureRequest) -> Iterator[None]:
+    callspec = getattr(request.node, "callspec", None)
+    aten = callspec is not None and callspec.params.get("steps") == "aten"
     before = lazyfuse.config.donation()
     lazyfuse.config.set_donation(True)
     try:
-        yield
+        if aten:
+            with lazyfuse.config.kernel_settings_as(emulate_cuda=False, cpu_kernels=False):
+                yield
+        else:
+            yield
     finally:
         lazyfuse.config.set_donation(before)
 
@@ -64,8 +75,9 @@ def train(device: torch.device, optimizer: str, steps: int = 3) -> list[torch.Te
     return [p.detach().cpu() for p in net.parameters()] + [t.cpu() for t in state]
 
 
+@BOTH_STEPS
 @pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
-def test_optimizer_updates_in_place_and_matches_eager(optimizer: str) -> None:
+def test_optimizer_updates_in_place_and_matches_eager(optimizer: str, steps: str) -> None:
     eager = train(torch.device("cpu"), optimizer)
     lazyfuse.config.set_donation(False)
     kept = train(lazyfuse.lazy_device(), optimizer)
@@ -91,7 +103,8 @@ def lazy_pair(size: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
     return p, g
 
 
-def test_memory_is_reused() -> None:
+@BOTH_STEPS
+def test_memory_is_reused(steps: str) -> None:
     p, g = lazy_pair()
     address = lazyfuse.debug.data_address(p)
     p.sub_(g * 0.5)
@@ -155,7 +168,8 @@ def test_a_reduction_writes_several_outputs_in_place() -> None:
     torch.testing.assert_close(lazy_s.cpu(), s * r)
 
 
-def test_a_host_copy_keeps_the_old_value() -> None:
+@BOTH_STEPS
+def test_a_host_copy_keeps_the_old_value(steps: str) -> None:
     p, g = lazy_pair()
     old = p.cpu()
     before = old.clone()
@@ -165,7 +179,8 @@ def test_a_host_copy_keeps_the_old_value() -> None:
     torch.testing.assert_close(p.cpu(), before + g.cpu())
 
 
-def test_a_saved_alias_sees_the_update_as_in_eager() -> None:
+@BOTH_STEPS
+def test_a_saved_alias_sees_the_update_as_in_eager(steps: str) -> None:
     p, g = lazy_pair()
     alias = p.view(8, 8)
     detached = p.detach()
@@ -176,7 +191,8 @@ def test_a_saved_alias_sees_the_update_as_in_eager() -> None:
     torch.testing.assert_close(detached.cpu(), expected)
 
 
-def test_a_value_read_before_mark_step_is_not_overwritten() -> None:
+@BOTH_STEPS
+def test_a_value_read_before_mark_step_is_not_overwritten(steps: str) -> None:
     p, g = lazy_pair()
     old = p * 1  # IR that reads the old value, synced below by a read of its own
     q = p + 0
@@ -189,7 +205,8 @@ def test_a_value_read_before_mark_step_is_not_overwritten() -> None:
     torch.testing.assert_close(p.cpu(), expected_old + g.cpu())
 
 
-def test_an_input_read_by_two_kernels_is_taken_by_neither_before_its_last_read() -> None:
+@BOTH_STEPS
+def test_an_input_read_by_two_kernels_is_taken_by_neither_before_its_last_read(steps: str) -> None:
     p, g = lazy_pair(48)
     host_p, host_g = p.cpu().clone(), g.cpu()
     total = p.sum()  # a reduction kernel reads the old p as well as the update
@@ -201,7 +218,8 @@ def test_an_input_read_by_two_kernels_is_taken_by_neither_before_its_last_read()
     torch.testing.assert_close(p.cpu(), host_p * 0.5 + host_g)
 
 
-def test_no_donation_for_partial_syncs() -> None:
+@BOTH_STEPS
+def test_no_donation_for_partial_syncs(steps: str) -> None:
     p, g = lazy_pair()
     expected = p.cpu() + g.cpu()
     p.add_(g)
@@ -316,7 +334,8 @@ def test_emulator_reports_a_read_after_an_in_place_write() -> None:
         )
 
 
-def test_a_parameter_updates_in_place_though_its_view_shares_its_memory() -> None:
+@BOTH_STEPS
+def test_a_parameter_updates_in_place_though_its_view_shares_its_memory(steps: str) -> None:
     # nn.Parameter is functionalization's view of its base; the graph returns
     # both, as one tensor, and the next update may still write over it.
     torch.manual_seed(0)
@@ -335,7 +354,8 @@ def test_a_parameter_updates_in_place_though_its_view_shares_its_memory() -> Non
     torch.testing.assert_close(p.detach().cpu(), expected)
 
 
-def test_a_shared_parameter_is_overwritten_after_every_read_of_it() -> None:
+@BOTH_STEPS
+def test_a_shared_parameter_is_overwritten_after_every_read_of_it(steps: str) -> None:
     torch.manual_seed(0)
     p = torch.nn.Parameter(torch.randn(48).to(lazyfuse.lazy_device()))
     g = torch.randn(48)
@@ -352,3 +372,25 @@ def test_a_shared_parameter_is_overwritten_after_every_read_of_it() -> None:
         torch.testing.assert_close(scaled.detach().cpu(), host_p * 3)
         torch.testing.assert_close(after.detach().cpu(), (host_p * 0.5 + g) * 2)
         torch.testing.assert_close(p.detach().cpu(), host_p * 0.5 + g)
+
+
+@pytest.mark.parametrize("steps", ["aten"])
+def test_a_step_failing_after_aten_steps_wrote_in_place_loses_nothing(steps: str) -> None:
+    # p's update runs as ATen steps over p's own memory; then a step that
+    # reads the new p fails on its values, so the graph cannot start over.
+    p, _ = lazy_pair()
+    host_p = p.cpu().clone()
+    p.mul_(3).add_(1)
+    bad = p.index_select(0, torch.tensor([0, 99]).to(p.device))
+    with pytest.raises(
+        RuntimeError, match=r"(?s)aten::index_select.*index out of range.*Nothing is lost"
+    ):
+        lazyfuse.mark_step()
+    assert donated() == 1
+    with pytest.raises(RuntimeError, match="index out of range"):
+        p.cpu()  # finishing the graph still wants bad, which fails again
+    del bad
+    torch.testing.assert_close(p.cpu(), host_p * 3 + 1)
+    p.add_(1)
+    lazyfuse.mark_step()
+    torch.testing.assert_close(p.cpu(), host_p * 3 + 2)

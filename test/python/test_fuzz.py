@@ -1,13 +1,16 @@
 """The differential fuzzer's fixed CI set: FUZZ_GRAPHS random graphs of
-fusible work, lazy (fused kernels: emulated CUDA, and native CPU kernels) against eager, with
-its corners (empty tensors, slices past 2^31, numbers near rounding
-boundaries, signed zeros). Run more, crash-safe, with
+fusible work, lazy (fused kernels: emulated CUDA and native CPU kernels; and
+ATen steps) against eager, with its corners (empty tensors, slices past
+2^31, numbers near rounding boundaries, signed zeros). Run more, crash-safe, with
 `python test/python/fuzz_campaign.py --graphs N --seed S`."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
+import lazyfuse
 from conftest import HOST_COMPILER, NO_FUSED_KERNELS, ON_CUDA
 from fuzz_fusion import check_graph, reproduction
 
@@ -28,6 +31,20 @@ def test_fuzz_graphs(start: int) -> None:
 @pytest.mark.parametrize("start", range(0, FUZZ_GRAPHS, CHUNK))
 def test_fuzz_graphs_on_cpu_kernels(start: int) -> None:
     check_chunk("cpu", start, target="cpu")
+
+
+@pytest.fixture
+def aten_steps() -> Iterator[None]:
+    with lazyfuse.config.kernel_settings_as(emulate_cuda=False, cpu_kernels=False):
+        yield
+
+
+@pytest.mark.skipif(ON_CUDA, reason="the CUDA backing device always fuses: no ATen-only path")
+@pytest.mark.usefixtures("aten_steps")
+@pytest.mark.parametrize("start", range(0, FUZZ_GRAPHS, CHUNK))
+def test_fuzz_graphs_on_aten_steps(start: int) -> None:
+    # Pointwise ATen steps write results over inputs nothing reads later.
+    check_chunk("aten", start, target="aten")
 
 
 def check_chunk(name: str, start: int, target: str | None = None) -> None:

@@ -96,13 +96,10 @@ def test_training_holds_what_eager_holds(lazy: torch.device, engine: str) -> Non
     assert losses == pytest.approx(eager_losses, rel=1e-5)
     state = 3 * (128 * 128 + 128) * 4
     assert held <= eager_held + state // 10, (held, eager_held)
-    if engine == "aten":
-        # ATen steps never write over their inputs, so Adam's new parameters
-        # and moments are new buffers (docs/performance.md, "Memory").
-        assert peak <= eager_peak + 4 * state, (peak, eager_peak)
-    else:
-        # The target: with fused kernels, no more than 1.1x eager.
-        assert peak <= 1.1 * eager_peak, (peak, eager_peak)
+    # The target, on every engine: no more than 1.1x eager. ATen
+    # steps reach it by writing pointwise results over dead inputs (Adam's
+    # moments and parameters update in place, as eager's do).
+    assert peak <= 1.1 * eager_peak, (peak, eager_peak)
 
 
 def test_a_gradients_matmul_output_is_derived_not_kept(lazy: torch.device, engine: str) -> None:
@@ -137,3 +134,4 @@ def test_permuted_views_of_a_base_read_right(lazy: torch.device, engine: str) ->
     assert torch.equal(second.cpu(), (x + 1).transpose(0, 2))
     assert torch.equal(first.cpu(), (x + 1).permute(2, 0, 1))
     assert torch.equal(base.cpu(), x + 1)
+

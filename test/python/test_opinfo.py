@@ -152,7 +152,13 @@ def _differentiable(out: Any) -> list[torch.Tensor]:
     return [t for t in flat if isinstance(t, torch.Tensor) and t.requires_grad]
 
 
-def run_sample(op: Any, sample: Any, lazy: torch.device) -> None:
+def run_sample(
+    op: Any,
+    sample: Any,
+    lazy: torch.device,
+    through: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> None:
+    """`through` maps each lazy tensor argument before the op reads it."""
     # OpInfo samples may share tensors; fresh leaves keep gradients apart.
     sample = sample.transform(
         lambda t: (
@@ -164,8 +170,13 @@ def run_sample(op: Any, sample: Any, lazy: torch.device) -> None:
     lazy_kwargs = tree_map(lambda v: _to_lazy(v, lazy), sample.kwargs)
     lazyfuse.metrics.reset()
 
+    def mapped(value: Any) -> Any:
+        if through is None:
+            return value
+        return tree_map(lambda v: through(v) if isinstance(v, torch.Tensor) else v, value)
+
     expected = op(sample.input, *sample.args, **sample.kwargs)
-    actual = op(lazy_input, *lazy_args, **lazy_kwargs)
+    actual = op(mapped(lazy_input), *mapped(lazy_args), **mapped(lazy_kwargs))
     eager_diff, lazy_diff = _differentiable(expected), _differentiable(actual)
     if eager_diff:
         weights = [torch.randn_like(t) for t in eager_diff]
@@ -313,6 +324,35 @@ def test_opinfo_emulated_cuda(op: Any, dtype: torch.dtype, lazy: torch.device) -
         for index, sample in enumerate(samples[:EMULATED_SAMPLES]):
             torch.manual_seed(index)
             run_sample(op, sample, lazy)
+
+
+DEAD_INPUT_SAMPLES = 3
+
+
+def _computed(value: torch.Tensor) -> torch.Tensor:
+    # A fresh buffer that only the op reads (clone would share the IR).
+    # Results are written over floating inputs only, so others stay as given.
+    return value * 1 if value.is_floating_point() else value
+
+
+@pytest.mark.parametrize(("op", "dtype"), _emulated_cases())
+def test_opinfo_aten_steps_over_dead_inputs(
+    op: Any, dtype: torch.dtype, lazy: torch.device
+) -> None:
+    """The first samples of each claimed op on ATen steps, every argument a
+    value the graph computes and reads nowhere else, forward and backward.
+    A pointwise ATen step then writes its result over such an input (issue
+    29); an out= kernel that read an input after writing there would differ
+    from eager here."""
+    grad = op.supports_autograd and dtype.is_floating_point
+    samples = list(op.sample_inputs(REFERENCE_DEVICE, dtype, requires_grad=grad))
+    skip = SAMPLE_SKIPS.get((op.name, op.variant_test_name))
+    if skip:
+        samples = [sample for sample in samples if not skip[0](sample)]
+    with lazyfuse.config.kernel_settings_as(emulate_cuda=False, cpu_kernels=False):
+        for index, sample in enumerate(samples[:DEAD_INPUT_SAMPLES]):
+            torch.manual_seed(index)
+            run_sample(op, sample, lazy, through=_computed)
 
 
 def opinfo_summary() -> str | None:
