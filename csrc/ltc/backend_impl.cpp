@@ -328,9 +328,12 @@ class LazyFuseBackendImpl : public torch::lazy::BackendImplInterface {
       NoteExecution(computation, arguments, results, device);
       return results;
     }
+    run.reset();  // its buffers would keep each view below alive beside its copy
     const std::vector<const DerivedResult*> derived = DerivedByResult(*program);
     for (const DerivedResult& entry : program->derived_results) {
       // Made from the value the sync keeps: contiguous, as device data is.
+      // One copy at a time: each view's memory goes as its copy lands.
+      outputs[entry.result].reset();
       outputs[entry.from] = outputs[entry.from].contiguous();
     }
     ShareIdenticalAliases(outputs);
