@@ -113,8 +113,6 @@ void SetLibraryDirs(std::vector<std::string> dirs) {
   LibraryDirs() = std::move(dirs);
 }
 
-namespace {
-
 int DebugLevel() {
   static const int level = [] {
     const char* env = std::getenv("LAZYFUSE_DEBUG");
@@ -122,6 +120,8 @@ int DebugLevel() {
   }();
   return level;
 }
+
+namespace {
 
 struct State {
   std::mutex mutex;

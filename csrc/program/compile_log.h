@@ -15,6 +15,10 @@
 
 namespace lazyfuse {
 
+// LAZYFUSE_DEBUG, read once: 1 prints compile records as they happen, 2 also
+// says why each fused kernel runs specialized (runtime/generic_kernels.cpp).
+int DebugLevel();
+
 struct CompileRecord {
   torch::lazy::hash_t hash;
   size_t node_count = 0;

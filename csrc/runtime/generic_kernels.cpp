@@ -81,11 +81,6 @@ DynamicKernels ModeFromEnv() {
   return DynamicKernels::kOn;
 }
 
-int DebugLevel() {
-  const char* env = std::getenv("LAZYFUSE_DEBUG");
-  return env == nullptr ? 0 : std::atoi(env);
-}
-
 // LAZYFUSE_DEBUG=2: why a render runs as itself, a binary of its own (the
 // kernel caches may hold it).
 void SayCompiled(const KernelSource& rendered, const char* why) {

@@ -55,8 +55,13 @@ std::string SitePackages() {
 }
 
 template <typename Fn>
-void Bind(void* handle, const char* name, Fn& slot, std::string* missing) {
+void BindOptional(void* handle, const char* name, Fn& slot) {
   slot = reinterpret_cast<Fn>(dlsym(handle, name));
+}
+
+template <typename Fn>
+void Bind(void* handle, const char* name, Fn& slot, std::string* missing) {
+  BindOptional(handle, name, slot);
   if (slot == nullptr && missing->empty()) {
     *missing = name;
   }
@@ -182,11 +187,9 @@ const DriverApi& Driver() {
       failure = "the CUDA driver at " + api.path + " lacks " + missing;
       return;
     }
-    std::string optional;
-    Bind(handle,
-         "cuOccupancyMaxActiveBlocksPerMultiprocessor",
-         api.cuOccupancyMaxActiveBlocksPerMultiprocessor,
-         &optional);
+    BindOptional(handle,
+                 "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+                 api.cuOccupancyMaxActiveBlocksPerMultiprocessor);
     const int status = api.cuInit(0);
     if (status != 0) {
       failure = "cuInit failed with CUDA driver error " + std::to_string(status);
