@@ -2,6 +2,7 @@
 
 #include <c10/util/Exception.h>
 #include <c10/util/irange.h>
+#include <torch/csrc/lazy/core/metrics.h>
 
 #include <algorithm>
 #include <functional>
@@ -74,6 +75,7 @@ at::Tensor KernelArgs::TakeInputFor(at::ScalarType dtype, c10::IntArrayRef sizes
         input.has_storage() && input.storage().use_count() == 1 &&
         !input.unsafeGetTensorImpl()->is_wrapped_number()) {
       overwrote(k);
+      TORCH_LAZY_COUNTER("LazyFuseInPlaceOutputs", 1);
       return input;
     }
   }

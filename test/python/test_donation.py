@@ -113,6 +113,21 @@ def test_memory_is_reused(steps: str) -> None:
     assert lazyfuse.debug.data_address(p) == address
 
 
+@BOTH_STEPS
+def test_an_update_chain_stays_in_its_parameters_memory(steps: str) -> None:
+    # On ATen steps each op of the chain writes over the one before it.
+    p, g = lazy_pair()
+    expected = (p.cpu() * 0.9 + 0.1 * g.cpu()).exp()
+    address = lazyfuse.debug.data_address(p)
+    p.mul_(0.9).add_(g, alpha=0.1).exp_()
+    lazyfuse.mark_step()
+    assert lazyfuse.debug.data_address(p) == address
+    assert donated() == 1
+    in_place = lazyfuse.metrics.counter_value("LazyFuseInPlaceOutputs")
+    assert in_place == (3 if steps == "aten" and not ON_CUDA else 1)
+    torch.testing.assert_close(p.cpu(), expected)
+
+
 @pytest.mark.parametrize("keepdim", [False, True])
 def test_a_reduction_epilogue_updates_in_place(keepdim: bool) -> None:
     # A bias's SGD step runs in its gradient's sum kernel, at the row just
