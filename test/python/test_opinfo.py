@@ -307,6 +307,20 @@ def _emulated_cases() -> list[Any]:
     return cases
 
 
+DEAD_INPUT_SAMPLES = 3
+
+
+def _first_kept_samples(op: Any, dtype: torch.dtype, count: int) -> list[Any]:
+    """The op's first `count` samples, with gradients where it supports
+    them, but those SAMPLE_SKIPS leaves out."""
+    grad = op.supports_autograd and dtype.is_floating_point
+    samples = list(op.sample_inputs(REFERENCE_DEVICE, dtype, requires_grad=grad))
+    skip = SAMPLE_SKIPS.get((op.name, op.variant_test_name))
+    if skip:
+        samples = [sample for sample in samples if not skip[0](sample)]
+    return samples[:count]
+
+
 @pytest.mark.skipif(
     ON_CUDA or not HOST_COMPILER,
     reason="CUDA emulation needs the CPU backing device and a host C++ compiler",
@@ -315,18 +329,11 @@ def _emulated_cases() -> list[Any]:
 def test_opinfo_emulated_cuda(op: Any, dtype: torch.dtype, lazy: torch.device) -> None:
     """The first samples of each claimed op with its fused kernels run under
     CUDA emulation: every op with a fusion rule runs as a generated kernel."""
-    grad = op.supports_autograd and dtype.is_floating_point
-    samples = list(op.sample_inputs(REFERENCE_DEVICE, dtype, requires_grad=grad))
-    skip = SAMPLE_SKIPS.get((op.name, op.variant_test_name))
-    if skip:
-        samples = [sample for sample in samples if not skip[0](sample)]
+    samples = _first_kept_samples(op, dtype, EMULATED_SAMPLES)
     with lazyfuse.config.kernel_settings_as(emulate_cuda=True, strict=True):
-        for index, sample in enumerate(samples[:EMULATED_SAMPLES]):
+        for index, sample in enumerate(samples):
             torch.manual_seed(index)
             run_sample(op, sample, lazy)
-
-
-DEAD_INPUT_SAMPLES = 3
 
 
 def _computed(value: torch.Tensor) -> torch.Tensor:
@@ -344,13 +351,9 @@ def test_opinfo_aten_steps_over_dead_inputs(
     A pointwise ATen step then writes its result over such an input (issue
     29); an out= kernel that read an input after writing there would differ
     from eager here."""
-    grad = op.supports_autograd and dtype.is_floating_point
-    samples = list(op.sample_inputs(REFERENCE_DEVICE, dtype, requires_grad=grad))
-    skip = SAMPLE_SKIPS.get((op.name, op.variant_test_name))
-    if skip:
-        samples = [sample for sample in samples if not skip[0](sample)]
+    samples = _first_kept_samples(op, dtype, DEAD_INPUT_SAMPLES)
     with lazyfuse.config.kernel_settings_as(emulate_cuda=False, cpu_kernels=False):
-        for index, sample in enumerate(samples[:DEAD_INPUT_SAMPLES]):
+        for index, sample in enumerate(samples):
             torch.manual_seed(index)
             run_sample(op, sample, lazy, through=_computed)
 
