@@ -203,11 +203,10 @@ class GenLazyFuseIR(GenLazyIR):
                 attrs.append(f'{{"{arg.name}", lazyfuse::ToAttr({local})}}')
         aten_op = executed_op(op_name, schema.func.name.unambiguous_name())
         into_call = None
-        if step_kind(op_name) != "kPointwise":
-            pass
-        elif op_name in OUT_VARIANTS:
+        pointwise = step_kind(op_name) == "kPointwise"
+        if pointwise and op_name in OUT_VARIANTS:
             into_call = f"{OUT_VARIANTS[op_name]}::call({', '.join(call_args + ['lf_into'])})"
-        elif op_name in CONSTANT_FILLS:
+        elif pointwise and op_name in CONSTANT_FILLS:
             into_call = f"{CONSTANT_FILLS[op_name]}::call({', '.join(['lf_into'] + call_args[1:])})"
         if aten_op in ("detach", "alias"):
             # The input itself when nothing else reads it (KernelArgs::PassInput).

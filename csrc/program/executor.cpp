@@ -2,6 +2,7 @@
 
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <c10/util/Exception.h>
+#include <c10/util/SmallVector.h>
 #include <torch/csrc/lazy/core/metrics.h>
 
 #include <algorithm>
@@ -253,23 +254,25 @@ std::vector<at::Tensor> ContinueProgram(ProgramRun& run, const std::vector<bool>
     // A result that is an owned input dying here (written over it, or
     // passed through) stays the run's, and a donated parameter's memory stays
     // donated: its lazy tensor still holds it, but nothing reads it.
-    std::vector<std::pair<const c10::TensorImpl*, BufferId>> dying;
+    c10::SmallVector<BufferId, 4> taken_from;
+    for (BufferId out : step.outputs) {
+      const auto& released = program.release_after[i];
+      const auto from = std::find_if(released.begin(), released.end(), [&](BufferId id) {
+        return run.owned[id] != 0 && slots[out].defined() && slots[id].is_same(slots[out]);
+      });
+      taken_from.push_back(from == released.end() ? -1 : *from);
+    }
     for (BufferId id : program.release_after[i]) {
-      if (run.owned[id] != 0 && slots[id].defined()) {
-        dying.emplace_back(slots[id].unsafeGetTensorImpl(), id);
-      }
       slots[id].reset();
     }
-    for (BufferId id : step.outputs) {
+    for (size_t j = 0; j < step.outputs.size(); ++j) {
+      const BufferId id = step.outputs[j];
       const at::Tensor& out = slots[id];
-      const auto from = std::find_if(dying.begin(), dying.end(), [&](const auto& entry) {
-        return out.defined() && entry.first == out.unsafeGetTensorImpl();
-      });
-      if (from == dying.end()) {
+      if (taken_from[j] < 0) {
         run.owned[id] = SharesNoMemory(out);
       } else {
         run.owned[id] = out.has_storage() && out.storage().use_count() == 1;
-        run.donated[id] = run.owned[id] != 0 && run.donated[from->second] != 0 ? 2 : 0;
+        run.donated[id] = run.owned[id] != 0 && run.donated[taken_from[j]] != 0 ? 2 : 0;
       }
     }
   }

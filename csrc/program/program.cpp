@@ -62,18 +62,19 @@ void KernelArgs::overwrote(size_t input) {
   overwritten_->push_back(inputs_[input]);
 }
 
+bool WritableInPlace(const at::Tensor& tensor, c10::Device device) {
+  return tensor.defined() && tensor.device() == device && tensor.is_contiguous() &&
+         tensor.has_storage() && tensor.storage().use_count() == 1;
+}
+
 at::Tensor KernelArgs::TakeInputFor(at::ScalarType dtype, c10::IntArrayRef sizes) {
   if (owned_ == nullptr || !at::isFloatingType(dtype)) {
     return at::Tensor();
   }
   for (size_t k = 0; k < inputs_.size(); ++k) {
     const at::Tensor& input = slots_[inputs_[k]];
-    // Contiguous and alone in its storage: the result's element i lands on
-    // the element i the step reads, and no view of the input sees it change.
-    if (may_overwrite(k) && input.defined() && input.scalar_type() == dtype &&
-        input.device() == device_ && input.sizes() == sizes && input.is_contiguous() &&
-        input.has_storage() && input.storage().use_count() == 1 &&
-        !input.unsafeGetTensorImpl()->is_wrapped_number()) {
+    if (may_overwrite(k) && WritableInPlace(input, device_) && input.scalar_type() == dtype &&
+        input.sizes() == sizes && !input.unsafeGetTensorImpl()->is_wrapped_number()) {
       overwrote(k);
       TORCH_LAZY_COUNTER("LazyFuseInPlaceOutputs", 1);
       return input;

@@ -101,6 +101,11 @@ class KernelArgs {
   size_t next_operand_ = 0;
 };
 
+// Whether a result may be written over `tensor` element for element: it is
+// on `device`, contiguous (element i of the result lands on the element i
+// read), and alone in its storage (no view of it sees the write).
+bool WritableInPlace(const at::Tensor& tensor, c10::Device device);
+
 using StepFn = std::function<std::vector<at::Tensor>(KernelArgs&)>;
 
 // A step's non-tensor arguments by schema name (dim, keepdim, approximate, ...)

@@ -390,13 +390,9 @@ bool FusedKernel::CanTake(const KernelSignature& signature,
                           const std::vector<at::Tensor>& inputs,
                           const std::vector<bool>& may_overwrite,
                           size_t k) const {
-  const at::Tensor& input = inputs[k];
-  // The kernel reads input k at the element it writes only when both are
-  // laid out alike; a view of the input elsewhere would see the new values.
   return k < may_overwrite.size() && may_overwrite[k] &&
          signature.inputs[k].kind == InputBinding::Kind::kTensor &&
-         input.device() == target_->device() && input.is_contiguous() && input.has_storage() &&
-         input.storage().use_count() == 1;
+         WritableInPlace(inputs[k], target_->device());
 }
 
 std::vector<at::Tensor> FusedKernel::RunAtenSteps(const std::vector<at::Tensor>& inputs) const {
