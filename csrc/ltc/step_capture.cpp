@@ -379,15 +379,24 @@ std::shared_ptr<StepRecord> EndCapture(const std::vector<at::Tensor>& live,
     }
     record->writes.push_back(std::move(write));
   }
-  std::unordered_set<const c10::TensorImpl*> rewritten;
+  // By target the step rewrites: whether it rewrites the target's base too.
+  std::unordered_map<const c10::TensorImpl*, bool> rewritten;
   for (const RecordedWrite& write : record->writes) {
     if (!write.made_in_call) {
-      rewritten.insert(write.target._unsafe_get_target());
+      rewritten[write.target._unsafe_get_target()] = write.base_result.has_value();
+    }
+  }
+  std::unordered_set<const c10::TensorImpl*> read_via_base;
+  for (const RecordedInput& input : record->inputs) {
+    if (input.source == InputSource::kLive && input.via_base) {
+      read_via_base.insert(input.live._unsafe_get_target());
     }
   }
   for (RecordedInput& input : record->inputs) {
-    input.rewritten =
-        input.source == InputSource::kLive && rewritten.count(input.live._unsafe_get_target()) != 0;
+    const c10::TensorImpl* impl = input.live._unsafe_get_target();
+    auto found = input.source == InputSource::kLive ? rewritten.find(impl) : rewritten.end();
+    input.rewritten = found != rewritten.end();
+    input.base_rewritten = input.rewritten && found->second && read_via_base.count(impl) == 0;
   }
   // The order the caller listed live tensors in is not the graph's.
   std::sort(record->writes.begin(), record->writes.end(), [](const auto& a, const auto& b) {

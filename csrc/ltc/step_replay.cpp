@@ -9,6 +9,7 @@
 
 #include <unordered_map>
 
+#include "ltc/backend_data.h"
 #include "ltc/graph_executor.h"
 
 namespace lazyfuse {
@@ -54,6 +55,32 @@ torch::lazy::BackendDataPtr DataOf(const at::Tensor& tensor, bool* pending, bool
 bool SameShape(const torch::lazy::BackendDataPtr& data, const torch::lazy::Shape& shape) {
   return data->shape().scalar_type() == shape.scalar_type() &&
          data->shape().sizes() == shape.sizes();
+}
+
+// A replay leaves a parameter and its storage base holding one tensor
+// through two data, and the graph reads only the parameter's: counted as a
+// second reader, the other datum kept the graph from writing over the
+// parameter. Hands the base `data` itself when both hold the same tensor
+// (same value, so no reader sees a change) and says whether the base now
+// holds `data`.
+bool ShareWithBase(const at::Tensor& view, const torch::lazy::BackendDataPtr& data) {
+  torch::lazy::LazyTensorPtr base = LazyStorageBase(view);
+  if (base == nullptr || base->CurrentIrValue()) {
+    return false;
+  }
+  torch::lazy::BackendDataPtr held = base->CurrentDataHandle();
+  if (held == data) {
+    return true;
+  }
+  const auto* held_data = dynamic_cast<const LazyFuseBackendData*>(held.get());
+  const auto* view_data = dynamic_cast<const LazyFuseBackendData*>(data.get());
+  if (held_data == nullptr || view_data == nullptr ||
+      held_data->value_identity() != view_data->value_identity() ||
+      held->shape().sizes() != data->shape().sizes()) {
+    return false;
+  }
+  base->SetDataHandle(data);
+  return true;
 }
 
 at::Tensor GradOf(const WeakTensor& parameter) {
@@ -113,11 +140,12 @@ ReplayOutcome Replay(const StepRecord& record, const std::vector<at::Tensor>& ar
                         "a tensor the step reads was freed (or a gradient it reads is None)");
         }
         data[j] = DataOf(tensor, &pending, input.via_base);
-        bound.push_back(std::move(tensor));
         if (data[j] != nullptr && input.rewritten) {
-          // Its only holder is the tensor the results replace it in.
-          sole_holders[data[j].get()] = 1;
+          // Its holders are the tensors the results replace it in.
+          sole_holders[data[j].get()] =
+              1 + (input.base_rewritten && ShareWithBase(tensor, data[j]));
         }
+        bound.push_back(std::move(tensor));
         break;
       }
       case InputSource::kTransfer: {

@@ -65,6 +65,10 @@ struct RecordedInput {
   // A live tensor the step's results replace: its old value is dead after a
   // replay, so the graph may write over it (buffer donation).
   bool rewritten = false;
+  // The results replace its functional storage base too, which the graph
+  // does not read. A parameter and its base come out of a step as one tensor
+  // (runtime/result_aliases.h), held by two lazy tensors.
+  bool base_rewritten = false;
   // The first op that reads it and the user's line that made it (frozen ones).
   std::string op;
   std::string call_site;

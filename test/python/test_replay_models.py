@@ -280,3 +280,41 @@ def test_hugging_face_models_replay_bit_identical(kind: str):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # transformers' own notices
         assert_replays_like_traced(build, batches, min_replays=5)
+
+
+@pytest.mark.parametrize(
+    "build, x_shape, y_shape, classes",
+    [
+        (mlp, (6, 8), (6, 4), 0),
+        (_cnn, (4, 1, 8, 8), (4,), 10),
+        (_transformer, (3, 5, 16), (3, 4), 0),
+    ],
+    ids=["mlp_sgd_momentum", "cnn_batchnorm", "transformer_adamw"],
+)
+def test_a_replay_updates_every_tensor_in_its_own_memory(
+    build: Build, x_shape: tuple[int, ...], y_shape: tuple[int, ...], classes: int
+):
+    """A CUDA graph of the step keeps the addresses it was captured with, so
+    every parameter, buffer and optimizer state a replay updates must stay
+    where it is (and the peak then holds one copy of them). A parameter and
+    its base come out of a step as one tensor held twice; the graph reads
+    one, and once counted that as a second reader, so biases moved."""
+    torch.manual_seed(0)
+    model, opt, step = build()
+    fn = lazyfuse.compile(step, replay=True)
+    batches = make_batches(6, x_shape, y_shape, classes)
+    for x, y in batches[:5]:
+        fn(x.to(DEV), y.to(DEV))
+    assert fn.replayed_calls >= 2, fn.last_reason
+    updated = list(model.parameters()) + list(model.buffers())
+    updated += [t for state in opt.state.values() for t in state.values() if torch.is_tensor(t)]
+    # Not 0-dim values (Adam's step, BatchNorm's count): host scalars, passed
+    # to kernels by value, which a CUDA graph would freeze whatever their
+    # memory (docs/performance.md, round 5).
+    updated = [t for t in updated if t.dim() > 0]
+    before = [lazyfuse.debug.data_address(t) for t in updated]
+    fn(*(t.to(DEV) for t in batches[5]))
+    after = [lazyfuse.debug.data_address(t) for t in updated]
+    moved = [tuple(t.shape) for t, a, b in zip(updated, before, after, strict=True) if a != b]
+    assert fn.replayed_calls >= 3, fn.last_reason
+    assert not moved, f"a replay moved these tensors to new memory: {moved}"
