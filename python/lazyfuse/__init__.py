@@ -67,6 +67,8 @@ from lazyfuse import amp, config, debug, distributed, metrics, optim  # noqa: E4
 from lazyfuse import replay as replay_module  # noqa: E402
 from lazyfuse.amp import autocast  # noqa: E402
 
+amp.install_torch_autocast()
+
 __all__ = [
     "add_step_closure",
     "amp",

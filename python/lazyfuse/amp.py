@@ -1,8 +1,10 @@
 """Mixed precision on lazy tensors.
 
-``torch.autocast(device_type="lazy")`` is refused by torch, which knows no
-autocast for the lazy backend, so lazyfuse provides its own region with
-CUDA's policy (csrc/ops/autocast.h):
+torch knows no autocast for the lazy backend, so lazyfuse keeps its own
+region, ``lazyfuse.autocast``, with CUDA's policy (csrc/ops/autocast.h), and
+answers torch's autocast API for ``"lazy"`` from it: ``torch.autocast("lazy",
+...)``, ``torch.is_autocast_enabled("lazy")`` and the rest, which model code
+calls with a tensor's ``device.type`` (transformers' ``maybe_autocast``):
 
 - matmuls, convolutions, ``linear``, ``baddbmm``, attention: in ``dtype``;
 - losses, norms, ``softmax``, ``log_softmax``, ``sum``, ``exp``, ``log``, ...:
@@ -80,6 +82,51 @@ def is_autocast_enabled() -> bool:
 def get_autocast_dtype() -> torch.dtype:
     """The dtype of this thread's innermost :class:`autocast` region."""
     return _C._autocast_state()[1]
+
+
+def _set_enabled(enabled: bool) -> None:
+    _C._set_autocast(bool(enabled), get_autocast_dtype())
+
+
+def _set_dtype(dtype: torch.dtype) -> None:
+    _C._set_autocast(is_autocast_enabled(), dtype)
+
+
+def _answering_for_lazy(original: Callable[..., Any], for_lazy: Callable[..., Any]) -> Any:
+    """``original`` (device_type first), with "lazy" answered by ``for_lazy``."""
+
+    @functools.wraps(original)
+    def routed(*args: Any, **kwargs: Any) -> Any:
+        if args and args[0] == "lazy":
+            return for_lazy(*args[1:], **kwargs)
+        if not args and kwargs.get("device_type") == "lazy":
+            rest = {key: value for key, value in kwargs.items() if key != "device_type"}
+            return for_lazy(**rest)
+        return original(*args, **kwargs)
+
+    routed.__lazyfuse_original__ = original  # type: ignore[attr-defined]
+    return routed
+
+
+def install_torch_autocast() -> None:
+    """Makes torch's autocast functions answer for the lazy device; called
+    once by ``import lazyfuse``. torch asks them from C++ for its own devices
+    only, so nothing else sees the difference."""
+    routes: dict[str, Callable[..., Any]] = {
+        "is_autocast_enabled": is_autocast_enabled,
+        "get_autocast_dtype": get_autocast_dtype,
+        "set_autocast_enabled": _set_enabled,
+        "set_autocast_dtype": _set_dtype,
+    }
+    for name, for_lazy in routes.items():
+        original = getattr(torch, name)
+        if not hasattr(original, "__lazyfuse_original__"):
+            setattr(torch, name, _answering_for_lazy(original, for_lazy))
+    modes = torch.amp.autocast_mode
+    if not hasattr(modes.is_autocast_available, "__lazyfuse_original__"):
+        available = _answering_for_lazy(modes.is_autocast_available, lambda: True)
+        modes.is_autocast_available = available
+        torch.amp.is_autocast_available = available
 
 
 class GradScaler(torch.amp.GradScaler):

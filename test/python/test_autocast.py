@@ -177,6 +177,44 @@ def test_regions_nest_and_restore(lazy: torch.device) -> None:
     assert project(x).dtype == torch.bfloat16
 
 
+def test_torch_autocast_api_answers_for_the_lazy_device(lazy: torch.device) -> None:
+    # Model code asks torch's API with a tensor's device.type: transformers'
+    # maybe_autocast calls is_autocast_enabled(device_type), then
+    # torch.autocast(device_type, enabled=False) to force float32. For "lazy"
+    # both raised (HF Llama's rotary embedding, with some transformers).
+    x = _lazy_randn(lazy, 2, 2)
+    kind = x.device.type
+    assert torch.is_autocast_enabled(kind) is False
+    with torch.autocast(kind, dtype=torch.float16):
+        assert torch.is_autocast_enabled(kind) and lazyfuse.amp.is_autocast_enabled()
+        assert torch.get_autocast_dtype(kind) == torch.float16
+        assert (x @ x).dtype == torch.float16
+        with torch.autocast(kind, enabled=False):
+            assert not torch.is_autocast_enabled(kind)
+            assert (x @ x).dtype == torch.float32
+        assert (x @ x).dtype == torch.float16
+        assert not torch.is_autocast_enabled("cpu")  # each device keeps its own state
+    assert not torch.is_autocast_enabled(kind) and (x @ x).dtype == torch.float32
+    with lazyfuse.autocast(dtype=torch.bfloat16):
+        assert torch.is_autocast_enabled(device_type=kind)
+        assert torch.get_autocast_dtype(kind) == torch.bfloat16
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert torch.is_autocast_enabled("cpu") and not torch.is_autocast_enabled(kind)
+
+    @torch.autocast(kind, dtype=torch.bfloat16)
+    def project(t: torch.Tensor) -> torch.Tensor:
+        return t @ t
+
+    assert project(x).dtype == torch.bfloat16
+    try:
+        from transformers.utils.generic import maybe_autocast  # transformers 5 and later
+    except ImportError:
+        return
+    with torch.autocast(kind, dtype=torch.float16):
+        with maybe_autocast(device_type=kind, enabled=False):
+            assert (x @ x).dtype == torch.float32
+
+
 def test_cpu_tensors_in_a_region_are_untouched(lazy: torch.device) -> None:
     with lazyfuse.autocast(dtype=torch.bfloat16):
         assert (torch.randn(2, 2) @ torch.randn(2, 2)).dtype == torch.float32
