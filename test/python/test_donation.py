@@ -389,6 +389,11 @@ def test_a_shared_parameter_is_overwritten_after_every_read_of_it(steps: str) ->
         torch.testing.assert_close(p.detach().cpu(), host_p * 0.5 + g)
 
 
+@pytest.mark.skipif(
+    lazyfuse.config.backing_device().type == "cuda",
+    reason="an out-of-range index is a device-side assert on CUDA, which ends the process's "
+    "CUDA context: there is no failing step to recover from",
+)
 @pytest.mark.parametrize("steps", ["aten"])
 def test_a_step_failing_after_aten_steps_wrote_in_place_loses_nothing(steps: str) -> None:
     # p's update runs as ATen steps over p's own memory; then a step that
