@@ -136,6 +136,10 @@ benches && step "fused-kernel benchmark" bench.log 150 "$PYTHON" \
   bench/fused_kernels.py --max-log2 "${GPU_CHECK_MAX_LOG2:-28}" --generic --out /tmp/gpu_check
 benches && step "training benchmark" train.log 70 "$PYTHON" bench/gpu_training.py \
   --engines eager,lazyfuse,lazyfuse-replay --out /tmp/gpu_check
+# Can a replayed step be one CUDA graph (issue "Trace once", item 5)? Capture,
+# bitwise agreement with plain replays, steps per second (30 s).
+benches && step "CUDA graph probe" train.log 90 "$PYTHON" bench/cuda_graph_probe.py \
+  --out /tmp/gpu_check
 # Parity and training tests on the CUDA backing device (55 s).
 tests && step "parity and training tests" tests.log 90 "$PYTHON" -m pytest "${pytest_args[@]}" \
   test/python/test_ops.py test/python/test_models.py test/python/test_api.py \
@@ -194,5 +198,6 @@ echo "== gpu_check summary =="
 # Only Markdown comes back beside the logs: at most 8 files return.
 cp /tmp/gpu_check/*.md "$OUT"/ 2>/dev/null
 [ -f "$OUT/train.log" ] && grep -E "^\| " "$OUT/train.log" | tail -n 40
+[ -f "$OUT/train.log" ] && grep -E '^\{"model"' "$OUT/train.log" | grep -E '"captured"|never'
 printf '%s\n' "${summary[@]}"
 exit $status
