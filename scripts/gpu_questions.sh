@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# What rounds 4 and 5 on a GPU left unexplained (docs/performance.md, "Targets,
+# round 5"), read in one device call of about 4 minutes, after
+# scripts/gpu_check.sh has passed on the same commit:
+# 1. ncu at 2^28, lazyfuse beside torch.compile: layer_norm (1.07x compile),
+#    pointwise x1 (87% of copy) and x16 (1.35x compile, against 1.07x of the
+#    kernel at 2^24), with instruction counts per pipe;
+# 2. replayed training beside reduce-overhead, each engine in its own
+#    process, three times: LeNet-5 read 0.93x, and the Transformer's replay
+#    read 367, 633 and 933 steps/s in one call (round 5).
+#
+#   GPU_CHECK_PREBUILT=1 bash scripts/gpu_questions.sh   # _C carried, as for gpu_check.sh
+#
+# Output goes to $OUT (default ./gpu_out): ncu_2p28.txt, replay_spread.txt.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+OUT=${OUT:-$PWD/gpu_out}
+mkdir -p "$OUT"
+PYTHON=${PYTHON:-python3}
+export LAZYFUSE_DEVICE=cuda PYTHONUNBUFFERED=1
+if [ -n "${GPU_CHECK_PREBUILT:-}" ]; then
+  export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
+fi
+ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
+pipes=smsp__inst_executed.sum,smsp__inst_executed_pipe_xu.sum,smsp__inst_executed_pipe_fma.sum,\
+smsp__inst_executed_pipe_alu.sum,smsp__inst_executed_pipe_lsu.sum,gpu__time_duration.sum
+
+if [ -n "$ncu" ]; then
+  for case in "layer_norm:lazyfuse:^lf_" "layer_norm:torch.compile:^triton_" \
+    "pointwise x1:lazyfuse:^lf_" "pointwise x16:lazyfuse:^lf_" \
+    "pointwise x16:torch.compile:^triton_"; do
+    IFS=: read -r workload engine kernels <<<"$case"
+    echo "== $workload, $engine, 2^28"
+    timeout 60 "$ncu" --clock-control none --target-processes all --kernel-name "regex:$kernels" \
+      --launch-skip 2 --launch-count 1 --section SpeedOfLight --section LaunchStats \
+      --section MemoryWorkloadAnalysis --metrics "$pipes" "$PYTHON" bench/fused_kernels.py \
+      --profile-workload "$workload" --profile-engine "$engine" --max-log2 28 2>&1 |
+      grep -vE "^==(PROF|WARNING)"
+  done >"$OUT/ncu_2p28.txt" 2>&1
+else
+  echo "no ncu on this machine" >"$OUT/ncu_2p28.txt"
+fi
+
+for round in 1 2 3; do
+  for engine in lazyfuse-replay compile-reduce-overhead; do
+    timeout 60 "$PYTHON" bench/gpu_training.py --models lenet5,transformer --engines "$engine" \
+      --no-memory --out "/tmp/gq_$round" 2>&1 | grep -E '^\{' | sed "s/^/round $round: /"
+  done
+done >"$OUT/replay_spread.txt" 2>&1
+
+grep -E "^== |Duration|DRAM Throughput|Compute \(SM\)|inst_executed|Grid Size|Block Size" \
+  "$OUT/ncu_2p28.txt"
+cat "$OUT/replay_spread.txt"
