@@ -8,13 +8,14 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def smoke_report(script: str, out: Path) -> dict:
+def smoke_report(script: str, out: Path) -> Any:
     """Runs bench/<script>.py --smoke into `out`; its JSON report."""
     run = subprocess.run(
         [sys.executable, f"bench/{script}.py", "--smoke", "--out", str(out)],
@@ -36,9 +37,20 @@ def test_gpu_training_smoke_runs_every_model(tmp_path: Path) -> None:
     assert "| mlp | lazyfuse |" in (tmp_path / "gpu_training.md").read_text()
 
 
-@pytest.mark.parametrize("script", ["gpu_check.sh", "build_for_gpu_machine.sh"])
+def test_cuda_graph_probe_smoke_compares_twins(tmp_path: Path) -> None:
+    # The CPU path has no graph: the "graph" twin replays too, so the twins
+    # must agree bit for bit, and no replay may move an updated tensor but
+    # Adam's 0-dim step counters (host scalars).
+    rows = smoke_report("cuda_graph_probe", tmp_path)
+    assert [row["model"] for row in rows] == ["mlp", "lenet5", "transformer"]
+    for row in rows:
+        assert row["replaying"] and row["bitwise after 3"], row
+        assert all(shape == [] for shape in row["moved by a replay"]), row
+
+
+@pytest.mark.parametrize("script", ["gpu_check.sh", "build_for_gpu_machine.sh", "gpu_questions.sh"])
 def test_gpu_scripts_parse(script: str) -> None:
-    # Both run only where a GPU is lent; a syntax error would cost device time.
+    # They run only where a GPU is lent; a syntax error would cost device time.
     run = subprocess.run(
         ["bash", "-n", f"scripts/{script}"], cwd=ROOT, capture_output=True, text=True
     )
