@@ -44,11 +44,22 @@ const at::Tensor& LazyFuseBackendData::tensor() const {
     value_ = pending_->value;
     pending_ = nullptr;
   }
+  TORCH_CHECK(!let_go_,
+              "lazyfuse: reading data of shape ",
+              shape().to_string(),
+              " that a graph was given (buffer donation) and let go of; the tensor that "
+              "held it has the graph's result instead");
   TORCH_CHECK(value_.defined(),
               "lazyfuse: reading data of shape ",
               shape().to_string(),
               " before the graph that produces it has run");
   return value_;
+}
+
+void LazyFuseBackendData::LetGo() {
+  value_ = at::Tensor();
+  pending_ = nullptr;
+  let_go_ = true;
 }
 
 const void* LazyFuseBackendData::value_identity() const {

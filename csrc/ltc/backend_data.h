@@ -38,6 +38,10 @@ class LazyFuseBackendData : public torch::lazy::BackendData {
   }
 
   const at::Tensor& tensor() const;
+  // Drops the value: a graph given this memory (buffer donation) reads it
+  // no more, and the tensor holding this data gets the graph's result
+  // instead. Reading it afterwards raises.
+  void LetGo();
   // Whether the value waits for its first read to be made.
   bool pending() const {
     return !value_.defined() && pending_ != nullptr && !pending_->value.defined();
@@ -61,6 +65,7 @@ class LazyFuseBackendData : public torch::lazy::BackendData {
   // thread that traces, as it does every tensor's data.
   mutable at::Tensor value_;
   mutable std::shared_ptr<Pending> pending_;
+  bool let_go_ = false;
 };
 
 // A copy of a 0-dim CPU value, made without the dispatcher (it runs for

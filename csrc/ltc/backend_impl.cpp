@@ -80,7 +80,8 @@ std::string WhyResultsPending(const ProgramRun& run) {
   }
   const std::string cause =
       run.ran_collective.empty()
-          ? "had already written results over some of its inputs (buffer donation)"
+          ? "had already written results over some of its inputs, or let go of them (buffer "
+            "donation)"
           : "had already run the collective " + run.ran_collective +
                 ", which every rank runs exactly once";
   return "the graph " + cause +
@@ -297,6 +298,11 @@ class LazyFuseBackendImpl : public torch::lazy::BackendImplInterface {
       parameters.push_back(AsLazyFuseData(argument).tensor());
     }
     auto run = std::make_shared<ProgramRun>(StartProgram(program, std::move(parameters), donated));
+    if (!Capturing()) {  // a step capture reads its frozen inputs after the run
+      run->let_go_of_parameter = [arguments](size_t k) {
+        std::static_pointer_cast<LazyFuseBackendData>(arguments[k])->LetGo();
+      };
+    }
     std::vector<torch::lazy::BackendDataPtr> results;
     results.reserve(program->results.size());
     std::vector<at::Tensor> outputs;
@@ -307,6 +313,7 @@ class LazyFuseBackendImpl : public torch::lazy::BackendImplInterface {
         throw;  // nothing overwritten: the sync puts the tensors' IR back
       }
       FailWithResultsPending(std::current_exception(), WhyResultsPending(*run));
+      run->let_go_of_parameter = nullptr;  // it holds this call's arguments
       auto finished = std::make_shared<FinishLater>(std::move(run));
       const std::vector<const DerivedResult*> derived = DerivedByResult(*program);
       for (size_t i = 0; i < program->results.size(); ++i) {

@@ -140,6 +140,20 @@ void KeepOneOwnerPerTensor(const Program& program, ProgramRun& run) {
   }
 }
 
+// Drops the run's reference to a buffer nothing reads again. A donated
+// parameter's memory is also held outside the run, by its lazy tensor's
+// data, which the sync replaces only once every result is in: that holder
+// lets go now. The run can then never start over (an input is gone), as
+// after writing over a parameter, so a later failure leaves its results
+// pending, finished on their first read.
+void Release(ProgramRun& run, BufferId id) {
+  run.slots[id].reset();
+  if (run.donated[id] == 1 && run.let_go_of_parameter && run.parameter_index[id] >= 0) {
+    run.overwrote_parameter = true;
+    run.let_go_of_parameter(static_cast<size_t>(run.parameter_index[id]));
+  }
+}
+
 }  // namespace
 
 ProgramRun StartProgram(std::shared_ptr<const Program> program,
@@ -157,10 +171,12 @@ ProgramRun StartProgram(std::shared_ptr<const Program> program,
   run.slots.resize(program->buffers.size());
   run.owned.assign(program->buffers.size(), 0);
   run.donated.assign(program->buffers.size(), 0);
+  run.parameter_index.assign(program->buffers.size(), -1);
   for (size_t k = 0; k < parameters.size(); ++k) {
     const BufferId id = program->parameters[k];
     run.owned[id] = run.donated[id] = k < donated.size() && donated[k];
     run.slots[id] = std::move(parameters[k]);
+    run.parameter_index[id] = static_cast<int32_t>(k);
   }
   for (const auto& constant : program->constants) {
     run.slots[constant.first] = constant.second;
@@ -185,7 +201,7 @@ std::vector<at::Tensor> ContinueProgram(ProgramRun& run, const std::vector<bool>
     const Step& step = program.steps[i];
     if (runs[i] == 0) {
       for (BufferId id : program.release_after[i]) {
-        slots[id].reset();
+        Release(run, id);
       }
       continue;
     }
@@ -263,7 +279,11 @@ std::vector<at::Tensor> ContinueProgram(ProgramRun& run, const std::vector<bool>
       taken_from.push_back(from == released.end() ? -1 : *from);
     }
     for (BufferId id : program.release_after[i]) {
-      slots[id].reset();
+      if (std::find(taken_from.begin(), taken_from.end(), id) == taken_from.end()) {
+        Release(run, id);
+      } else {
+        slots[id].reset();
+      }
     }
     for (size_t j = 0; j < step.outputs.size(); ++j) {
       const BufferId id = step.outputs[j];

@@ -4,6 +4,7 @@
 
 #include <ATen/Tensor.h>
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -30,6 +31,12 @@ struct ProgramRun {
   // Set when a step failed after writing over one of its inputs: it cannot
   // run again, so the run cannot be finished. Says why.
   std::string lost;
+  // Called with a donated parameter's index once no step reads it again and
+  // none took its memory: its holder outside the run lets go too, so the
+  // memory goes now, not when the run ends. Unset, the holder keeps it.
+  std::function<void(size_t)> let_go_of_parameter;
+  // By buffer, the index of the parameter it is, or -1.
+  std::vector<int32_t> parameter_index;
 };
 
 // `donated[k]`: nothing outside this run reads parameter k's memory, so a

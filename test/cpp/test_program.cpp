@@ -99,6 +99,64 @@ TEST(ProgramTest, ExecutesOnTheBackingDevice) {
   EXPECT_TRUE(at::allclose(out[0], (a + b) * (a + b) + 1));
 }
 
+// p0 and p1 read once each, by steps 0 and 1; step 2 notes what the run
+// has let go of by the time it runs.
+TEST(ProgramTest, LetsGoOfADonatedParameterAfterItsLastReader) {
+  std::vector<size_t> let_go;
+  size_t let_go_before_last_step = 0;
+  ProgramBuilder b;
+  BufferId p0 = b.AddParameter(at::kFloat, {4});
+  BufferId p1 = b.AddParameter(at::kFloat, {4});
+  BufferId negated = b.AddBuffer(at::kFloat, {4});
+  BufferId doubled = b.AddBuffer(at::kFloat, {4});
+  BufferId out = b.AddBuffer(at::kFloat, {4});
+  b.AddStep(
+      Step{"aten::neg",
+           "",
+           StepKind::kPointwise,
+           {p0},
+           {},
+           {negated},
+           [](KernelArgs& args) -> std::vector<at::Tensor> { return {at::neg(args.tensor())}; }});
+  // Writes over its input and returns it: that memory is the result's, not let go.
+  b.AddStep(Step{"aten::mul_",
+                 "",
+                 StepKind::kPointwise,
+                 {p1},
+                 {},
+                 {doubled},
+                 [](KernelArgs& args) -> std::vector<at::Tensor> {
+                   at::Tensor x = args.tensor();
+                   return {x.mul_(2)};
+                 }});
+  b.AddStep(Step{"aten::add",
+                 "",
+                 StepKind::kPointwise,
+                 {negated, doubled},
+                 {},
+                 {out},
+                 [&](KernelArgs& args) -> std::vector<at::Tensor> {
+                   let_go_before_last_step = let_go.size();
+                   const at::Tensor& a = args.tensor();
+                   return {at::add(a, args.tensor())};
+                 }});
+  b.AddResult(out);
+  auto program = std::make_shared<const Program>(b.Finish());
+  const at::Tensor a = at::arange(4, at::kFloat);
+  const at::Tensor expected = -a + a * 2;
+  for (const bool donate : {true, false}) {
+    let_go.clear();
+    ProgramRun run = StartProgram(program, {a.clone(), a.clone()}, {donate, donate});
+    run.let_go_of_parameter = [&](size_t k) { let_go.push_back(k); };
+    std::vector<at::Tensor> results = ContinueProgram(run);
+    EXPECT_TRUE(at::equal(results.at(0), expected));
+    EXPECT_EQ(let_go, donate ? std::vector<size_t>{0} : std::vector<size_t>{});
+    EXPECT_EQ(let_go_before_last_step, let_go.size());
+    // Once an input is let go of, a later failure cannot start the run over.
+    EXPECT_EQ(run.overwrote_parameter, donate);
+  }
+}
+
 TEST(ProgramTest, RejectsWrongParameterCount) {
   Program p = BuildSquarePlusOne();
   EXPECT_THROW(RunProgram(p, {at::ones({4})}), c10::Error);

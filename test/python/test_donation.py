@@ -395,6 +395,29 @@ def test_a_shared_parameter_is_overwritten_after_every_read_of_it(steps: str) ->
     "CUDA context: there is no failing step to recover from",
 )
 @pytest.mark.parametrize("steps", ["aten"])
+def test_a_step_failing_after_an_input_was_let_go_of_loses_nothing(steps: str, lazy) -> None:
+    # An int64 count's += 1 cannot run over the old count (ATen steps write
+    # over floating inputs only), so the run lets go of the old count after
+    # that step, its last reader; then a step fails on its values.
+    count = torch.arange(8).to(lazy)
+    lazyfuse.mark_step()
+    count += 1
+    bad = count.index_select(0, torch.tensor([0, 99]).to(lazy))
+    with pytest.raises(RuntimeError, match=r"(?s)index_select.*index out of range.*let go of"):
+        lazyfuse.mark_step()
+    del bad
+    torch.testing.assert_close(count.cpu(), torch.arange(8) + 1)
+    count += 1
+    lazyfuse.mark_step()
+    torch.testing.assert_close(count.cpu(), torch.arange(8) + 2)
+
+
+@pytest.mark.skipif(
+    lazyfuse.config.backing_device().type == "cuda",
+    reason="an out-of-range index is a device-side assert on CUDA, which ends the process's "
+    "CUDA context: there is no failing step to recover from",
+)
+@pytest.mark.parametrize("steps", ["aten"])
 def test_a_step_failing_after_aten_steps_wrote_in_place_loses_nothing(steps: str) -> None:
     # p's update runs as ATen steps over p's own memory; then a step that
     # reads the new p fails on its values, so the graph cannot start over.

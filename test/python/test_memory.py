@@ -150,3 +150,23 @@ def test_a_sync_makes_gradients_contiguous_one_at_a_time(lazy: torch.device, eng
     gradient = 256 * 256 * 4
     assert reading.allocated_bytes >= 3.99 * gradient
     assert reading.peak_bytes - reading.allocated_bytes <= 1.5 * gradient, reading.describe()
+
+
+def test_a_donated_input_no_step_writes_over_goes_at_its_last_read(
+    lazy: torch.device, engine: str
+) -> None:
+    # With ATen steps an int64 count's += 1 lands in new memory (only
+    # floating inputs are written over: an integer kernel can fail halfway).
+    # The old count is read by nothing after that step, yet the run held it
+    # (through the count's lazy tensor) until every result was in.
+    n = 1 << 16
+    with track_memory() as reading:
+        count = torch.zeros(n, dtype=torch.int64).to(lazy)
+        lazyfuse.mark_step()
+        count += 1
+        scaled = count * 3 + 2
+        lazyfuse.mark_step()
+    assert torch.equal(count.cpu(), torch.ones(n, dtype=torch.int64))
+    assert torch.equal(scaled.cpu(), torch.full((n,), 5))
+    # The new count, count * 3 and the sum: never the old count beside them.
+    assert reading.peak_bytes <= 3 * n * 8 + 4096, reading.describe()
