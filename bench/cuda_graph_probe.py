@@ -26,15 +26,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.gpu_training import make_step, steps_per_second, synchronize  # noqa: E402
 from bench.models import MODELS, TrainingSetup  # noqa: E402
 
 
@@ -54,52 +53,14 @@ def moved_by_a_call(call: Callable[[], None], tensors: list[torch.Tensor]) -> li
     return [tuple(t.shape) for t, a, b in zip(tensors, before, after, strict=True) if a != b]
 
 
-def replayed_step(setup: TrainingSetup, lazy: bool) -> tuple[Callable[[], None], list]:
-    import lazyfuse
-
-    on = lazyfuse.lazy_device() if lazy else torch.device("cuda")
-    torch.manual_seed(0)
-    model = setup.make_model().to(on)
-    optimizer = setup.make_optimizer(list(model.parameters()))
-    if lazy and isinstance(optimizer, torch.optim.Adam):
-        # The default Adam's bias corrections are new Python numbers each step.
-        lr = torch.tensor(optimizer.defaults["lr"], device=on)
-        optimizer = type(optimizer)(list(model.parameters()), lr=lr, capturable=True)
-    x, y = (t.to(on) for t in setup.batches(1)[0])
-
-    def step() -> None:
-        optimizer.zero_grad(set_to_none=True)
-        F.cross_entropy(model(x), y).backward()
-        optimizer.step()
-
-    step.optimizer = optimizer  # type: ignore[attr-defined]
-    params = list(model.parameters())
-    return (lazyfuse.compile(step, replay=True) if lazy else step), params
-
-
-def sync(device: str) -> None:
-    import lazyfuse
-
-    if device == "cuda":
-        torch.cuda.synchronize()
-    lazyfuse.wait_device_ops()
-
-
-def rate(call: Callable[[], None], steps: int, device: str) -> float:
-    sync(device)
-    start = time.perf_counter()
-    for _ in range(steps):
-        call()
-    sync(device)
-    return steps / (time.perf_counter() - start)
-
-
 def probe(name: str, setup: TrainingSetup, steps: int, smoke: bool) -> dict[str, object]:
-    device = "cpu" if smoke else "cuda"
+    device = torch.device("cpu" if smoke else "cuda")
     row: dict[str, object] = {"model": name}
     warm_up = 6  # two traced calls capture; the rest replay
-    plain, plain_params = replayed_step(setup, lazy=True)
-    graphed, graphed_params = replayed_step(setup, lazy=True)
+    plain = make_step(setup, "lazyfuse-replay", device)
+    graphed = make_step(setup, "lazyfuse-replay", device)
+    plain_params = list(plain.fn.model.parameters())
+    graphed_params = list(graphed.fn.model.parameters())
     for _ in range(warm_up):
         plain()
         graphed()
@@ -138,20 +99,17 @@ def probe(name: str, setup: TrainingSetup, steps: int, smoke: bool) -> dict[str,
     for _ in range(checked):
         launch()
         plain()
-    sync(device)
+    synchronize(device)
     differences = [
         (a.cpu().double() - b.cpu().double()).abs().max().item()
         for a, b in zip(plain_params, graphed_params, strict=True)
     ]
     row["bitwise after 3"] = all(d == 0 for d in differences)
     row["max difference after 3"] = max(differences)
-    row["replay steps/s"] = rate(plain, steps, device)
-    row["graph steps/s"] = rate(launch, steps, device)
+    row["replay steps/s"] = steps_per_second(plain, steps, device)
+    row["graph steps/s"] = steps_per_second(launch, steps, device)
     if not smoke:
-        eager, _ = replayed_step(setup, lazy=False)
-        for _ in range(3):
-            eager()
-        row["eager steps/s"] = rate(eager, steps, device)
+        row["eager steps/s"] = steps_per_second(make_step(setup, "eager", device), steps, device)
     return row
 
 

@@ -118,6 +118,7 @@ def make_step(setup: TrainingSetup, engine: str, device: torch.device) -> Callab
         if engine == "lazyfuse":
             lazyfuse.mark_step()
 
+    step.model, step.optimizer = model, optimizer  # type: ignore[attr-defined]
     if engine == "lazyfuse-replay":
         return lazyfuse.compile(step, replay=True)
 
