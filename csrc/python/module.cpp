@@ -20,6 +20,7 @@
 #include "program/memory_meter.h"
 #include "program/pending_graph.h"
 #include "python/bindings.h"
+#include "runtime/cpu/output_pool.h"
 #include "runtime/cuda/aot_compile.h"
 #include "runtime/cuda/nvrtc.h"
 #include "runtime/emulated/target.h"
@@ -138,6 +139,20 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("_start_memory_meter", [] { return StartMemoryMeter(BackingDevice().type()); });
   m.def("_stop_memory_meter", &StopMemoryMeter);
+  m.def("_cpu_output_pool", [] {
+    const OutputPoolStats stats = CpuOutputPoolStats();
+    py::dict out;
+    out["kept_bytes"] = stats.kept_bytes;
+    out["in_use_bytes"] = stats.in_use_bytes;
+    out["reused"] = stats.reused;
+    out["cap_bytes"] = CpuOutputPoolCap();
+    return out;
+  });
+  m.def("_empty_cpu_output_pool", &EmptyCpuOutputPool);
+  m.def("_set_cpu_cache_mb", [](int64_t mib) {
+    TORCH_CHECK(mib >= 0, "lazyfuse: set_cpu_cache_mb(", mib, "): use a number of MiB, 0 or more");
+    SetCpuOutputPoolCap(mib << 20);
+  });
   m.def("_counter_names", &torch::lazy::GetCounterNames);
   m.def("_counter_value", [](const std::string& name) -> int64_t {
     torch::lazy::CounterData* data = torch::lazy::GetCounter(name);

@@ -50,6 +50,7 @@ for _module in ("torch.nn.modules.linear_cross_entropy",):
 # Importing lazyfuse registers it as the process's `lazy` device.
 _C._init()
 _C._dynamic_kernels()  # a bad LAZYFUSE_DYNAMIC raises here, not at the first kernel
+_C._cpu_output_pool()  # and a bad LAZYFUSE_CPU_CACHE_MB
 _torch_lazy.install()
 device_module.register()
 # Frames under these folders are never a user's call site (compile log).

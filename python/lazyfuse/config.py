@@ -15,6 +15,9 @@ fallback to its ATen steps.
 
 New shapes reuse shape-generic kernels (``LAZYFUSE_DYNAMIC``, see
 ``dynamic_kernels``).
+
+Freed CPU kernel outputs of 1 MiB or more are kept for reuse, up to
+``LAZYFUSE_CPU_CACHE_MB`` (see ``cpu_cache_mb``).
 """
 
 from __future__ import annotations
@@ -131,3 +134,15 @@ def kernel_settings_as(**changes: object) -> Iterator[KernelSettings]:
         yield after
     finally:
         set_kernel_settings(before)
+
+
+def cpu_cache_mb() -> int:
+    """The most MiB of freed CPU kernel outputs kept for reuse
+    (``metrics.cpu_output_cache``). ``LAZYFUSE_CPU_CACHE_MB`` sets it at
+    import; 1024 by default, 0 keeps none."""
+    return int(_C._cpu_output_pool()["cap_bytes"]) >> 20
+
+
+def set_cpu_cache_mb(mib: int) -> None:
+    """Sets ``cpu_cache_mb``; what is kept beyond it is freed now."""
+    _C._set_cpu_cache_mb(int(mib))

@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 
+from lazyfuse import _C
+
 _initialized = True  # torch.utils.checkpoint saves the state of initialized devices only
 
 
@@ -110,6 +112,15 @@ def synchronize(device: Any = None) -> None:
     """Waits for the lazy device's pending work, as ``torch._lazy.wait_device_ops``."""
     _check_index(device)
     torch._lazy.wait_device_ops()
+
+
+def empty_cache() -> None:
+    """Frees the blocks the lazy device keeps for reuse, as ``torch.cuda.empty_cache``:
+    the CPU backing device's freed kernel outputs (``LAZYFUSE_CPU_CACHE_MB``),
+    and torch's CUDA cache on a CUDA backing device."""
+    _C._empty_cpu_output_pool()
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
 
 
 def register() -> None:

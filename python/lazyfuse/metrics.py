@@ -142,6 +142,20 @@ def track_memory() -> Iterator[MemoryReading]:
         reading.held_at_peak = list(meter.held_at_peak)
 
 
+def cpu_output_cache() -> dict[str, int]:
+    """What the CPU backing device keeps of freed kernel outputs for reuse.
+
+    Kernel outputs of 1 MiB or more come from blocks freed earlier, as CUDA
+    tensors come from torch's caching allocator, so a step does not page-fault
+    fresh memory for each. ``kept_bytes``: freed blocks held (at most
+    ``cap_bytes``, ``LAZYFUSE_CPU_CACHE_MB``); ``in_use_bytes``: pooled blocks
+    in tensors now; ``reused``: allocations a kept block served.
+    ``torch.lazy.empty_cache()`` frees what is kept. ``track_memory`` counts
+    what is in use, not what is kept.
+    """
+    return {str(k): int(v) for k, v in _C._cpu_output_pool().items()}
+
+
 def reset() -> None:
     """Resets every counter and metric to zero."""
     _C._reset_metrics()

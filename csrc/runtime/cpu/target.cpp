@@ -1,5 +1,6 @@
 #include "runtime/cpu/target.h"
 
+#include <ATen/EmptyTensor.h>
 #include <ATen/Functions.h>
 #include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "kernels/dialect.h"
+#include "runtime/cpu/output_pool.h"
 #include "runtime/host_library.h"
 
 namespace lazyfuse {
@@ -163,7 +165,11 @@ class CpuTarget : public KernelTarget {
   }
 
   at::Tensor NewOutput(const std::vector<int64_t>& sizes, at::ScalarType dtype) override {
-    return at::empty(sizes, at::TensorOptions().dtype(dtype));
+    return at::detail::empty_generic(sizes,
+                                     CpuOutputAllocator(),
+                                     c10::DispatchKeySet(c10::DispatchKey::CPU),
+                                     dtype,
+                                     std::nullopt);
   }
 
   void Launch(const LoadedKernel& kernel,
