@@ -144,5 +144,6 @@ def cpu_cache_mb() -> int:
 
 
 def set_cpu_cache_mb(mib: int) -> None:
-    """Sets ``cpu_cache_mb``; what is kept beyond it is freed now."""
+    """Sets ``cpu_cache_mb``. If more is kept than the new cap, every kept
+    block is freed now."""
     _C._set_cpu_cache_mb(int(mib))

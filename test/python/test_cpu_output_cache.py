@@ -61,13 +61,14 @@ def lazy_copy(x: torch.Tensor) -> torch.Tensor:
 def test_a_step_writes_its_results_into_memory_the_last_one_freed() -> None:
     x = torch.randn(NUMEL)
     before = cache()["reused"]
+    in_use = cache()["in_use_bytes"]  # other tests' tensors may hold pooled blocks
     for _ in range(5):
         out = step(lambda t: t * 2 + 1, x)
         torch.testing.assert_close(out.cpu(), x * 2 + 1)
         del out
     assert cache()["reused"] - before >= 4
     assert cache()["kept_bytes"] >= NUMEL * 4
-    assert cache()["in_use_bytes"] == 0
+    assert cache()["in_use_bytes"] == in_use
 
 
 GRAPHS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {

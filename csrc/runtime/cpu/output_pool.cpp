@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 
@@ -49,7 +50,8 @@ class OutputPool final : public c10::Allocator {
     if (n < kPooledBytes) {
       return c10::GetCPUAllocator()->allocate(n);
     }
-    auto* block = new Block{nullptr, (n + kGranule - 1) / kGranule * kGranule, n};
+    auto block =
+        std::make_unique<Block>(Block{nullptr, (n + kGranule - 1) / kGranule * kGranule, n});
     bool reused = false;
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -77,8 +79,9 @@ class OutputPool final : public c10::Allocator {
     if (reused) {
       TORCH_LAZY_COUNTER("LazyFuseCpuOutputsReused", 1);
     }
-    Report(block, static_cast<int64_t>(n));
-    return {block->data, block, &Release, c10::Device(c10::kCPU)};
+    Report(block.get(), static_cast<int64_t>(n));
+    void* data = block->data;
+    return {data, block.release(), &Release, c10::Device(c10::kCPU)};
   }
 
   void copy_data(void* dest, const void* src, size_t count) const override {
