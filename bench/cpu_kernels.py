@@ -5,7 +5,8 @@
 For pointwise chains of 1, 4 and 16 ops and for softmax and layer norm at
 sizes 2^12 to 2^max, on all cores: the time per call of eager,
 torch.compile (Inductor's C++ backend), lazyfuse with its CPU kernels (the
-default) and lazyfuse running ATen steps (LAZYFUSE_CPU_KERNELS=0's path);
+default), lazyfuse running ATen steps (LAZYFUSE_CPU_KERNELS=0's path) and
+lazyfuse with no freed outputs kept for reuse (LAZYFUSE_CPU_CACHE_MB=0);
 the achieved GB/s (each input read once, each output written once) and that
 as a percentage of a same-size copy measured in the same run. Writes JSON
 and a Markdown table. Training steps per second and the first step's time
@@ -44,11 +45,16 @@ def time_cpu(fn: Callable[[], object], numel: int) -> float:
 
 
 def time_engines(fn: Workload, x: torch.Tensor) -> dict[str, float]:
+    import lazyfuse
+
     return fused_kernels.time_engines(
         fn,
         x,
         lambda f: time_cpu(f, x.numel()),
-        {"lazyfuse, ATen steps": {"cpu_kernels": False}},
+        {
+            "lazyfuse, ATen steps": lambda: lazyfuse.config.kernel_settings_as(cpu_kernels=False),
+            "lazyfuse, no output cache": lambda: lazyfuse.config.cpu_cache_mb_as(0),
+        },
     )
 
 

@@ -19,6 +19,7 @@ import json
 import statistics
 import sys
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import torch
@@ -74,12 +75,13 @@ def time_engines(
     fn: Workload,
     x: torch.Tensor,
     timer: Callable[[Callable[[], object]], float],
-    lazy_variants: dict[str, dict[str, object]] | None = None,
+    lazy_variants: dict[str, Callable[[], AbstractContextManager[object]]] | None = None,
     *,
     generic: bool = False,
 ) -> dict[str, float]:
     """Seconds per call of eager, torch.compile and lazyfuse, each timed by
-    `timer`; then lazyfuse again under each variant's kernel settings.
+    `timer`; then lazyfuse again inside each variant's context (other kernel
+    settings, the CPU output cache off).
     lazyfuse runs specialized kernels (sizes as constants), as a program of
     one shape gets; a sweep of sizes would otherwise time shape-generic ones
     from its second size on. With `generic`, lazyfuse again on shape-generic
@@ -101,8 +103,8 @@ def time_engines(
     times = {"eager": timer(lambda: fn(x)), "torch.compile": timer(lambda: compiled(x))}
     with lazyfuse.config.dynamic_kernels_as("0"):
         times["lazyfuse"] = timer(run_lazy)
-        for name, changes in (lazy_variants or {}).items():
-            with lazyfuse.config.kernel_settings_as(**changes):
+        for name, variant in (lazy_variants or {}).items():
+            with variant():
                 times[name] = timer(run_lazy)
     if generic:
         with lazyfuse.config.dynamic_kernels_as("1"):

@@ -147,3 +147,14 @@ def set_cpu_cache_mb(mib: int) -> None:
     """Sets ``cpu_cache_mb``. If more is kept than the new cap, every kept
     block is freed now."""
     _C._set_cpu_cache_mb(int(mib))
+
+
+@contextmanager
+def cpu_cache_mb_as(mib: int) -> Iterator[None]:
+    """Runs a block under another ``cpu_cache_mb``."""
+    before = cpu_cache_mb()
+    set_cpu_cache_mb(mib)
+    try:
+        yield
+    finally:
+        set_cpu_cache_mb(before)

@@ -87,7 +87,13 @@ def test_cpu_kernels_bench_times_every_engine(tmp_path: Path) -> None:
     )
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     rows = json.loads((tmp_path / "cpu_kernels.json").read_text())
-    engines = {"eager", "torch.compile", "lazyfuse", "lazyfuse, ATen steps"}
+    engines = {
+        "eager",
+        "torch.compile",
+        "lazyfuse",
+        "lazyfuse, ATen steps",
+        "lazyfuse, no output cache",
+    }
     assert {(row["workload"], row["engine"]) for row in rows} == {
         (workload, engine)
         for workload in ("pointwise x1", "pointwise x4", "pointwise x16", "softmax", "layer_norm")
