@@ -22,10 +22,10 @@ Freed CPU kernel outputs of 1 MiB or more are kept for reuse, up to
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict, dataclass, replace
-from typing import Literal
+from typing import Literal, TypeVar
 
 import torch
 
@@ -59,6 +59,7 @@ def set_reuse_ir(enabled: bool) -> None:
 
 
 DynamicMode = Literal["auto", "0", "1"]
+T = TypeVar("T")
 
 
 def dynamic_kernels() -> DynamicMode:
@@ -84,14 +85,19 @@ def set_dynamic_kernels(mode: DynamicMode) -> None:
 
 
 @contextmanager
-def dynamic_kernels_as(mode: DynamicMode) -> Iterator[None]:
-    """Runs a block under another ``dynamic_kernels`` mode."""
-    before = dynamic_kernels()
-    set_dynamic_kernels(mode)
+def _changed(get: Callable[[], T], set_: Callable[[T], None], value: T) -> Iterator[None]:
+    """Runs a block with a setting changed to `value`, then puts it back."""
+    before = get()
+    set_(value)
     try:
         yield
     finally:
-        set_dynamic_kernels(before)
+        set_(before)
+
+
+def dynamic_kernels_as(mode: DynamicMode) -> AbstractContextManager[None]:
+    """Runs a block under another ``dynamic_kernels`` mode."""
+    return _changed(dynamic_kernels, set_dynamic_kernels, mode)
 
 
 @dataclass(frozen=True)
@@ -149,12 +155,6 @@ def set_cpu_cache_mb(mib: int) -> None:
     _C._set_cpu_cache_mb(int(mib))
 
 
-@contextmanager
-def cpu_cache_mb_as(mib: int) -> Iterator[None]:
+def cpu_cache_mb_as(mib: int) -> AbstractContextManager[None]:
     """Runs a block under another ``cpu_cache_mb``."""
-    before = cpu_cache_mb()
-    set_cpu_cache_mb(mib)
-    try:
-        yield
-    finally:
-        set_cpu_cache_mb(before)
+    return _changed(cpu_cache_mb, set_cpu_cache_mb, mib)
