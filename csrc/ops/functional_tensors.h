@@ -13,6 +13,42 @@
 
 namespace lazyfuse {
 
+// An op that returns nothing acts only by side effect (a mutation its
+// schema does not declare, as inductor::resize_storage_bytes_), which
+// functionalized inputs would swallow.
+inline bool IsFunctionalSchema(const c10::FunctionSchema& schema) {
+  if (schema.returns().empty()) {
+    return false;
+  }
+  for (const c10::Argument& argument : schema.arguments()) {
+    if (argument.alias_info() != nullptr) {
+      return false;
+    }
+  }
+  for (const c10::Argument& result : schema.returns()) {
+    if (result.alias_info() != nullptr) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// `f_(Tensor(a!) self, ...) -> Tensor(a!)`, writing only self.
+inline bool IsInplaceSchema(const c10::FunctionSchema& schema) {
+  const auto& arguments = schema.arguments();
+  if (arguments.empty() || arguments[0].alias_info() == nullptr ||
+      !arguments[0].alias_info()->isWrite() || schema.returns().size() != 1 ||
+      schema.returns()[0].alias_info() == nullptr) {
+    return false;
+  }
+  for (size_t i = 1; i < arguments.size(); ++i) {
+    if (arguments[i].alias_info() != nullptr) {
+      return false;
+    }
+  }
+  return true;
+}
+
 // Maps every tensor `value` holds: a tensor, a tensor list or an optional
 // tensor list.
 template <typename Fn>

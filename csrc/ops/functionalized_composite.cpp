@@ -45,26 +45,6 @@ void RunFunctionalized(const c10::OperatorHandle& op, torch::jit::Stack* stack) 
   }
 }
 
-// An op that returns nothing acts only by side effect (a mutation its
-// schema does not declare, as inductor::resize_storage_bytes_), which
-// functionalized inputs would swallow.
-bool IsFunctionalSchema(const c10::FunctionSchema& schema) {
-  if (schema.returns().empty()) {
-    return false;
-  }
-  for (const c10::Argument& argument : schema.arguments()) {
-    if (argument.alias_info() != nullptr) {
-      return false;
-    }
-  }
-  for (const c10::Argument& result : schema.returns()) {
-    if (result.alias_info() != nullptr) {
-      return false;
-    }
-  }
-  return true;
-}
-
 // The Functionalize kernel of a functional CompositeImplicitAutograd op,
 // reached only where autograd keys are excluded (inference mode). On lazy
 // tensors it decomposes the op above functionalization, as autograd's
@@ -90,6 +70,21 @@ void DecomposeFunctionalized(const c10::OperatorHandle& op, torch::jit::Stack* s
     return;
   }
   CallAsFunctionalizationFallback(op, stack);
+}
+
+// An in-place CompositeImplicitAutograd op (square_, selu_) reaching
+// functionalization: inference mode skipped the autograd key where it would
+// have decomposed into ops functionalization knows. Decomposes it here, on
+// any tensor: functionalization's fallback refuses a schema with aliases.
+void DecomposeInplaceFunctionalized(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  c10::Dispatcher::singleton().callBoxedForDispatchKey(
+      op, c10::DispatchKey::CompositeImplicitAutograd, stack);
+}
+
+bool NeedsInplaceDecomposition(const c10::OperatorHandle& op) {
+  return op.hasSchema() && IsInplaceSchema(op.schema()) &&
+         op.hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd) &&
+         !op.hasKernelForDispatchKey(c10::DispatchKey::Functionalize);
 }
 
 // An op with a Lazy kernel of its own (silu_backward) keeps reaching it
@@ -154,6 +149,12 @@ class Registry final : public c10::OpRegistrationListener {
             c10::DispatchKey::Lazy,
             c10::KernelFunction::makeFromBoxedFunction<&RunFunctionalized>(),
             "lazyfuse: composite kernel run with functionalization");
+      }
+      if (op && NeedsInplaceDecomposition(*op)) {
+        add(name,
+            c10::DispatchKey::Functionalize,
+            c10::KernelFunction::makeFromBoxedFunction<&DecomposeInplaceFunctionalized>(),
+            "lazyfuse: in-place CompositeImplicitAutograd decomposed above functionalization");
       }
       if (op && NeedsFunctionalizeDecomposition(*op)) {
         add(name,

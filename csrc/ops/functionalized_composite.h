@@ -13,8 +13,9 @@ namespace lazyfuse {
 // so its views and writes are recorded as a user's would be.
 //
 // Also gives every functional CompositeImplicitAutograd op without one a
-// Functionalize kernel that decomposes it on lazy tensors: Note [Inference
-// mode and functionalization].
+// Functionalize kernel that decomposes it on lazy tensors, and every in-place
+// one (square_, selu_) a Functionalize kernel that decomposes it on any
+// tensor: Note [Inference mode and functionalization].
 //
 // Called once from the backend's init: covers the ops defined so far and
 // watches for new ones, which RegisterNewFunctionalizedComposites picks up.

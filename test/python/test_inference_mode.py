@@ -146,3 +146,21 @@ def test_tensors_made_in_inference_mode_are_inference_tensors(lazy: torch.device
     assert made.is_inference()
     assert not view.is_inference()  # a view of a normal tensor, as in eager
     torch.testing.assert_close(view.cpu(), weight.cpu().t())
+
+
+def test_inplace_composites_under_inference_mode_match_eager(lazy: torch.device) -> None:
+    # square_, selu_ and feature_alpha_dropout_ only decompose (into pow_,
+    # elu_, ...) at the autograd key, which inference mode skips;
+    # functionalization refused them ("Found a custom (non-ATen) operator").
+    x = torch.randn(3, 4)
+    steps = [
+        lambda t: t.square_(),
+        lambda t: F.selu(t, inplace=True),
+        lambda t: F.feature_alpha_dropout(t, 0.5, training=False, inplace=True),
+    ]
+    for step in steps:
+        expected, actual = x.clone(), x.to(lazy)
+        with torch.inference_mode():
+            step(expected)
+            step(actual)
+        torch.testing.assert_close(actual.cpu(), expected)
