@@ -42,6 +42,13 @@ ENGINES: list[EngineSpec] = [
         note="every step its own ATen call: no CPU kernels",
     ),
     EngineSpec(
+        "lazyfuse-torch-inplace-cpu",
+        "lazyfuse",
+        "cpu",
+        env={"LAZYFUSE_DEVICE": "cpu", "LAZYFUSE_CACHE_DIR": "0", "LAZYFUSE_INPLACE_UPDATES": "0"},
+        note="in-place ops through torch's functionalization and its meta check",
+    ),
+    EngineSpec(
         "lazyfuse-replay-cpu",
         "lazyfuse",
         "cpu",

@@ -18,6 +18,7 @@
 #include "ops/eager_copy.h"
 #include "ops/functionalized_composite.h"
 #include "ops/host_arguments.h"
+#include "ops/inplace_updates.h"
 #include "program/compile_log.h"
 #include "runtime/host_library.h"
 
@@ -63,6 +64,7 @@ void InitLazyFuseBackend() {
     RegisterCollectives();
     RegisterEagerCopy();
     RegisterFunctionalizedComposites();
+    RegisterInplaceUpdates();
     SetCallSiteFunction(&UserCallSite);
   });
 }
