@@ -1,6 +1,7 @@
 #include "ops/inplace_updates.h"
 
 #include <ATen/FunctionalTensorWrapper.h>
+#include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/grad_mode.h>
 #include <c10/core/ScalarType.h>
