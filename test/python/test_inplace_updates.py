@@ -1,8 +1,8 @@
-"""In-place ops on lazy tensors where autograd records nothing, as in an
-optimizer step: Note [In-place updates without a meta reference]
-(csrc/ops/inplace_updates.h). Values, dtypes, version counters and errors
-against eager, over OpInfo's samples of every claimed op with an in-place
-variant; and the trace of an optimizer step runs no Python meta kernel.
+"""In-place ops on lazy tensors: Note [In-place updates without a meta
+reference] (csrc/ops/inplace_updates.h). Values, dtypes, version counters
+and errors against eager, over OpInfo's samples of every claimed op with an
+in-place variant, under no_grad, with autograd recording and in inference
+mode; and the trace of an optimizer step runs no Python meta kernel.
 """
 
 from __future__ import annotations
