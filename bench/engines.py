@@ -25,6 +25,9 @@ class EngineSpec:
     replay: bool = False  # lazyfuse.compile(step, replay=True)
 
 
+# The kernel cache off: the NVRTC dry run compiles.
+LAZYFUSE_CPU_ENV = {"LAZYFUSE_DEVICE": "cpu", "LAZYFUSE_CACHE_DIR": "0"}
+
 ENGINES: list[EngineSpec] = [
     EngineSpec("eager-cpu", "eager", "cpu"),
     EngineSpec("eager-cuda", "eager", "cuda"),
@@ -32,27 +35,27 @@ ENGINES: list[EngineSpec] = [
         "lazyfuse-cpu",
         "lazyfuse",
         "cpu",
-        env={"LAZYFUSE_DEVICE": "cpu", "LAZYFUSE_CACHE_DIR": "0"},  # NVRTC dry run compiles
+        env=LAZYFUSE_CPU_ENV,
     ),
     EngineSpec(
         "lazyfuse-aten-cpu",
         "lazyfuse",
         "cpu",
-        env={"LAZYFUSE_DEVICE": "cpu", "LAZYFUSE_CACHE_DIR": "0", "LAZYFUSE_CPU_KERNELS": "0"},
+        env={**LAZYFUSE_CPU_ENV, "LAZYFUSE_CPU_KERNELS": "0"},
         note="every step its own ATen call: no CPU kernels",
     ),
     EngineSpec(
         "lazyfuse-torch-inplace-cpu",
         "lazyfuse",
         "cpu",
-        env={"LAZYFUSE_DEVICE": "cpu", "LAZYFUSE_CACHE_DIR": "0", "LAZYFUSE_INPLACE_UPDATES": "0"},
+        env={**LAZYFUSE_CPU_ENV, "LAZYFUSE_INPLACE_UPDATES": "0"},
         note="in-place ops through torch's functionalization and its meta check",
     ),
     EngineSpec(
         "lazyfuse-replay-cpu",
         "lazyfuse",
         "cpu",
-        env={"LAZYFUSE_DEVICE": "cpu", "LAZYFUSE_CACHE_DIR": "0"},
+        env=LAZYFUSE_CPU_ENV,
         note="lazyfuse.compile(step, replay=True): the cached step without its Python",
         replay=True,
     ),

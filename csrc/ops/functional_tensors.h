@@ -71,6 +71,29 @@ void ForEachTensorIn(c10::IValue& value, Fn&& fn) {
   }
 }
 
+// Whether `fn` holds for any tensor `value` holds, as ForEachTensorIn visits
+// them.
+template <typename Fn>
+bool AnyTensorIn(const c10::IValue& value, Fn&& fn) {
+  if (value.isTensor()) {
+    return fn(value.toTensor());
+  }
+  if (value.isTensorList()) {
+    for (const at::Tensor& tensor : value.toTensorList()) {
+      if (fn(tensor)) {
+        return true;
+      }
+    }
+  } else if (value.isOptionalTensorList()) {
+    for (const std::optional<at::Tensor> tensor : value.toOptionalTensorList()) {
+      if (tensor.has_value() && fn(*tensor)) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
 inline at::Tensor ToFunctional(const at::Tensor& tensor) {
   if (!tensor.defined() || at::functionalization::impl::isFunctionalTensor(tensor)) {
     return tensor;

@@ -9,6 +9,7 @@
 #include <c10/util/Exception.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -23,27 +24,6 @@ namespace {
 // Ops whose in-place form may legitimately change the tensor's shape.
 bool ChangesShape(const std::string& name) {
   return name == "aten::resize_" || name == "aten::resize_as_" || name == "aten::set_";
-}
-
-template <typename Fn>
-bool AnyTensorIn(const c10::IValue& value, Fn&& fn) {
-  if (value.isTensor()) {
-    return fn(value.toTensor());
-  }
-  if (value.isTensorList()) {
-    for (const at::Tensor& tensor : value.toTensorList()) {
-      if (fn(tensor)) {
-        return true;
-      }
-    }
-  } else if (value.isOptionalTensorList()) {
-    for (const std::optional<at::Tensor> tensor : value.toOptionalTensorList()) {
-      if (tensor.has_value() && fn(*tensor)) {
-        return true;
-      }
-    }
-  }
-  return false;
 }
 
 // Whether autograd would record the op (backward), or carry a tangent
@@ -88,7 +68,11 @@ enum class Key { kAutogradLazy, kFunctionalize };
 class InplaceUpdate final : public c10::OperatorKernel {
  public:
   InplaceUpdate(Key key, c10::OperatorHandle functional, std::vector<size_t> order, bool random)
-      : key_(key), functional_(std::move(functional)), order_(std::move(order)), random_(random) {}
+      : key_(key),
+        functional_(std::move(functional)),
+        order_(std::move(order)),
+        reordered_(!std::is_sorted(order_.begin(), order_.end())),
+        random_(random) {}
 
   void operator()(const c10::OperatorHandle& op,
                   c10::DispatchKeySet keys,
@@ -159,9 +143,11 @@ class InplaceUpdate final : public c10::OperatorKernel {
     for (size_t i = first; i < stack->size(); ++i) {
       ForEachTensorIn((*stack)[i], FromFunctional);
     }
-    std::vector<c10::IValue> arguments(stack->begin() + first, stack->end());
-    for (size_t i = 0; i < num_arguments; ++i) {
-      (*stack)[first + i] = std::move(arguments[order_[i]]);
+    if (reordered_) {
+      std::vector<c10::IValue> arguments(stack->begin() + first, stack->end());
+      for (size_t i = 0; i < num_arguments; ++i) {
+        (*stack)[first + i] = std::move(arguments[order_[i]]);
+      }
     }
     {
       at::AutoDispatchBelowADInplaceOrView below_autograd;
@@ -174,6 +160,7 @@ class InplaceUpdate final : public c10::OperatorKernel {
   Key key_;
   c10::OperatorHandle functional_;
   std::vector<size_t> order_;
+  bool reordered_;
   bool random_;
 };
 
