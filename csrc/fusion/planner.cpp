@@ -39,7 +39,8 @@ class Planner {
           AddReduction(i);
           break;
         case Role::kView:
-          if (IsResultView(i)) {
+          if (IsResultView(i) ||
+              (OnlyMatmulsRead(program_, i, readers_) && !is_result_[step.outputs[0]])) {
             AddResultView(i);
             break;
           }

@@ -1,5 +1,8 @@
 #include "fusion/step_roles.h"
 
+#include <algorithm>
+#include <string>
+
 #include "fusion/rules.h"
 
 namespace lazyfuse {
@@ -56,6 +59,21 @@ bool ResultAliasSavesMemory(const Program& program, size_t i) {
     s = made_by[step.inputs[0]];
   }
   return true;  // a parameter's or a constant's view
+}
+
+bool OnlyMatmulsRead(const Program& program,
+                     size_t i,
+                     const std::vector<std::vector<size_t>>& readers) {
+  const Step& step = program.steps[i];
+  const auto view = ViewRuleFor(step, program);
+  if (!view || view->kind != ViewKind::kPermute || step.outputs.size() != 1) {
+    return false;
+  }
+  const std::vector<size_t>& read_by = readers[step.outputs[0]];
+  return !read_by.empty() && std::all_of(read_by.begin(), read_by.end(), [&](size_t r) {
+    const std::string op = program.steps[r].qualified_op();
+    return op == "aten::mm" || op == "aten::bmm" || op == "aten::addmm" || op == "aten::baddbmm";
+  });
 }
 
 }  // namespace lazyfuse

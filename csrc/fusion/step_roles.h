@@ -28,4 +28,12 @@ bool FitsDomain(const std::vector<int64_t>& shape, const std::vector<int64_t>& d
 // contiguous, so any other alias would be copied when it becomes data.
 bool ResultAliasSavesMemory(const Program& program, size_t i);
 
+// Whether step `i` is a permute (a transpose) that only matmuls read (by
+// buffer, `readers` lists the steps reading it). It stays an alias: BLAS
+// reads a transposed operand at no cost, where a pointwise group would write
+// a transposed copy beside its own output (fusion/transposed_matmuls.h).
+bool OnlyMatmulsRead(const Program& program,
+                     size_t i,
+                     const std::vector<std::vector<size_t>>& readers);
+
 }  // namespace lazyfuse

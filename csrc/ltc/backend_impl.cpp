@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "fusion/planner.h"
+#include "fusion/transposed_matmuls.h"
 #include "ltc/backend_data.h"
 #include "ltc/config.h"
 #include "ltc/device_data.h"
@@ -261,6 +262,7 @@ class LazyFuseBackendImpl : public torch::lazy::BackendImplInterface {
       const auto* computation = dynamic_cast<const LazyFuseComputation*>(instance.get());
       TORCH_CHECK(computation != nullptr, "lazyfuse: cannot compile a foreign computation");
       auto derived = std::make_shared<Program>(*computation->program());
+      TransposeMatmulsReadTransposed(*derived);
       DeriveBaseResults(*derived);
       const std::shared_ptr<const Program> program = std::move(derived);
       RecordCompile(*program,

@@ -2,6 +2,7 @@
 
 #include <ATen/Functions.h>
 
+#include <algorithm>
 #include <optional>
 
 #include "fusion/rules.h"
@@ -10,13 +11,13 @@
 namespace lazyfuse {
 namespace {
 
-// The strides of result `view`'s value inside its root buffer's contiguous
-// memory, when it reaches the root through transposes, permutes and
-// reshapes that keep every element once. `root` is set to that buffer.
-std::optional<at::Tensor> PermutationOfRoot(const Program& program,
-                                            const std::vector<int>& made_by,
-                                            BufferId view,
-                                            BufferId* root) {
+// Result `view`'s value as an alias of its root buffer's contiguous memory,
+// when it reaches the root through transposes, permutes and reshapes that
+// keep every element once. `root` is set to that buffer.
+std::optional<at::Tensor> AliasOfRoot(const Program& program,
+                                      const std::vector<int>& made_by,
+                                      BufferId view,
+                                      BufferId* root) {
   std::vector<const Step*> chain;
   std::vector<ViewRule> rules;
   BufferId current = view;
@@ -47,12 +48,70 @@ std::optional<at::Tensor> PermutationOfRoot(const Program& program,
       return std::nullopt;  // a reshape that copies
     }
   }
-  if (alias.is_contiguous() || alias.storage_offset() != 0 || alias.numel() != meta.numel() ||
+  if (alias.storage_offset() != 0 || alias.numel() != meta.numel() ||
       !alias.is_non_overlapping_and_dense()) {
     return std::nullopt;
   }
   *root = current;
   return alias;
+}
+
+// The same, when it is laid out otherwise than the root.
+std::optional<at::Tensor> PermutationOfRoot(const Program& program,
+                                            const std::vector<int>& made_by,
+                                            BufferId view,
+                                            BufferId* root) {
+  std::optional<at::Tensor> alias = AliasOfRoot(program, made_by, view, root);
+  if (alias && alias->is_contiguous()) {
+    return std::nullopt;
+  }
+  return alias;
+}
+
+// Where `root`'s elements land in a contiguous tensor laid out as `view`,
+// an alias of root's memory that permutes its dims (sizes and strides of the
+// view in root's memory): per root dim, the stride there. Unset when the
+// view also reshapes.
+std::optional<std::vector<int64_t>> RootStridesInView(const std::vector<int64_t>& root_sizes,
+                                                      const at::Tensor& view) {
+  const int64_t dims = view.dim();
+  if (static_cast<int64_t>(root_sizes.size()) != dims) {
+    return std::nullopt;
+  }
+  std::vector<int64_t> order(dims);
+  for (int64_t d = 0; d < dims; ++d) {
+    order[d] = d;
+  }
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    return view.stride(a) > view.stride(b);
+  });
+  std::vector<int64_t> view_contiguous(dims, 1);
+  for (int64_t d = dims - 1; d > 0; --d) {
+    view_contiguous[d - 1] = view_contiguous[d] * view.size(d);
+  }
+  std::vector<int64_t> strides(dims);
+  int64_t root_stride = 1;
+  for (int64_t k = dims; k-- > 0;) {
+    const int64_t d = order[k];
+    if (view.size(d) != root_sizes[k] || (root_sizes[k] > 1 && view.stride(d) != root_stride)) {
+      return std::nullopt;
+    }
+    strides[k] = view_contiguous[d];
+    root_stride *= root_sizes[k];
+  }
+  return strides;
+}
+
+// Whether result `id` holds `root`'s elements as laid out: a detach, or a
+// transpose of a transpose.
+bool SameAsRoot(const Program& program,
+                const std::vector<int>& made_by,
+                BufferId id,
+                BufferId root) {
+  BufferId reached = -1;
+  const std::optional<at::Tensor> alias = AliasOfRoot(program, made_by, id, &reached);
+  return alias && reached == root && alias->is_contiguous() &&
+         alias->sizes() == c10::IntArrayRef(program.buffers[root].sizes);
 }
 
 }  // namespace
@@ -82,6 +141,39 @@ void DeriveBaseResults(Program& program) {
         derived[root] = true;
         source[program.results[v]] = true;
       }
+    }
+  }
+  // A view the graph returns beside its base's detached alias, where the
+  // base itself is not returned: the view is made from the alias. A matmul
+  // computed transposed (fusion/transposed_matmuls.h) leaves p.grad's base so.
+  for (size_t v = 0; v < program.results.size(); ++v) {
+    const BufferId view = program.results[v];
+    if (derived[view] || source[view]) {
+      continue;
+    }
+    BufferId root = -1;
+    const std::optional<at::Tensor> alias = PermutationOfRoot(program, made_by, view, &root);
+    if (!alias || derived[root] || source[root]) {
+      continue;
+    }
+    const std::optional<std::vector<int64_t>> strides =
+        RootStridesInView(program.buffers[root].sizes, *alias);
+    if (!strides) {
+      continue;
+    }
+    for (size_t k = 0; k < program.results.size(); ++k) {
+      const BufferId same = program.results[k];
+      if (same == view || derived[same] || !SameAsRoot(program, made_by, same, root)) {
+        continue;
+      }
+      for (size_t w = 0; w < program.results.size(); ++w) {
+        if (program.results[w] == view) {
+          program.derived_results.push_back({w, k, program.buffers[root].sizes, *strides});
+        }
+      }
+      derived[view] = true;
+      source[same] = true;
+      break;
     }
   }
   if (!program.derived_results.empty()) {
