@@ -11,7 +11,8 @@ prints a one-line reproduction.
 A graph is a few input tensors and a list of steps. Each step applies one op
 to values already in the graph: pointwise ops with Python scalars of every
 type and mixed dtypes (type promotion), broadcasts, views, permutes and
-slices, reductions with and without keepdim, casts and in-place updates.
+slices, reductions with and without keepdim, casts, in-place updates, and
+matrix products read transposed (fusion/transposed_matmuls.h).
 Ops that jump at a point (floor, comparisons, floor division, casts to
 integers) only read values computed exactly on both sides, so a last-bit
 difference in a transcendental cannot flip them.
@@ -51,6 +52,7 @@ from fuzz_ops import (
     SIGN_FREE_OPS,
     UNARY,
     VIEWS,
+    matmul_transposed,
     mix,
     reduce,
     view,
@@ -185,10 +187,13 @@ class Builder:
                 # domain).
                 b = self.pick(False)
                 self.add(self.fresh(), rng.choice(["add", "mul", "where"]), [out, b.name], False)
-        elif roll < 0.96:
+        elif roll < 0.95:
             a = self.pick(False)
             dtype = rng.choice(FLOATS)
             self.add(out, "cast", [a.name, str(dtype)], exact=False)
+        elif roll < 0.97:
+            a = self.pick(False)
+            self.add(out, "matmul_transposed", [a.name, str(rng.randint(0, 7))], exact=False)
         else:
             a, b = self.pick(False), self.pick(False)
             self.add(out, "inplace_add", [a.name, b.name], exact=False)
@@ -269,6 +274,8 @@ def evaluate(
             env[out] = wide_slice(a, int(args[1]))
         elif op in REDUCTIONS:
             env[out] = reduce(a, op, int(args[1]), args[2] == "True")
+        elif op == "matmul_transposed":
+            env[out] = matmul_transposed(a, int(args[1]))
         elif op == "cast":
             env[out] = a.to(getattr(torch, args[1].split(".")[1]))
         elif op == "inplace_add":

@@ -166,6 +166,26 @@ def view(t: torch.Tensor, op: str, salt: int) -> torch.Tensor:
     return t.transpose(0, -1)
 
 
+def matmul_transposed(t: torch.Tensor, salt: int) -> torch.Tensor:
+    """A product of t (as a float matrix) read the ways autograd reads one:
+    transposed only (the graph then computes it transposed), transposed and
+    as is, or with a transposed pointwise result for an operand (which stays
+    a view BLAS reads). float32 or float64: a 16-bit product's rounding
+    depends on the order BLAS sums in."""
+    x = t.reshape(-1, t.shape[-1]) if t.dim() and t.shape[-1] else t.reshape(1, -1)
+    x = x if x.dtype in (torch.float32, torch.float64) else x.to(torch.float32)
+    x = x[:48, :48]  # long rows would make the product large
+    variant = salt % 4
+    if variant == 0:
+        return (x.t() @ x).t()
+    if variant == 1:
+        return ((x * 2).t() @ x).t()
+    if variant == 2:
+        m = x.t() @ x
+        return m.t() + m
+    return (x @ (x + 1).t()).t()
+
+
 def wide_slice(t: torch.Tensor, salt: int) -> torch.Tensor:
     """4096 elements, past 2^31, of (t > 0) and-ed with itself, broadcast to
     [n, n, k] with n * n * k > 2^31 + 4096: never stored by a fused kernel.
