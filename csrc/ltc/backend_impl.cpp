@@ -262,7 +262,9 @@ class LazyFuseBackendImpl : public torch::lazy::BackendImplInterface {
       const auto* computation = dynamic_cast<const LazyFuseComputation*>(instance.get());
       TORCH_CHECK(computation != nullptr, "lazyfuse: cannot compile a foreign computation");
       auto derived = std::make_shared<Program>(*computation->program());
-      TransposeMatmulsReadTransposed(*derived);
+      if (TransposedMatmulsEnabled()) {
+        TransposeMatmulsReadTransposed(*derived);
+      }
       DeriveBaseResults(*derived);
       const std::shared_ptr<const Program> program = std::move(derived);
       RecordCompile(*program,

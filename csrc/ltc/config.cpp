@@ -155,6 +155,14 @@ bool FusionEnabled() {
   return enabled;
 }
 
+bool TransposedMatmulsEnabled() {
+  static const bool enabled = [] {
+    const char* env = std::getenv("LAZYFUSE_TRANSPOSED_MATMULS");
+    return env == nullptr || std::string(env) != "0";
+  }();
+  return enabled;
+}
+
 namespace {
 std::atomic<bool> g_donation{[] {
   const char* env = std::getenv("LAZYFUSE_DONATE");

@@ -42,6 +42,11 @@ uint64_t KernelSettingsHash();
 // on the CPU as native CPU kernels or under CUDA emulation.
 bool FusedKernelsEnabled();
 
+// Matmuls every reader transposes are computed transposed
+// (fusion/transposed_matmuls.h). On unless LAZYFUSE_TRANSPOSED_MATMULS=0
+// (to bisect a wrong result, or to time the rewrite). Read once.
+bool TransposedMatmulsEnabled();
+
 // Buffer donation: at mark_step, a fused kernel or a pointwise ATen step may
 // write a result into the memory of a parameter nothing else will read, so
 // optimizer steps update in place. On unless LAZYFUSE_DONATE=0; the setter serves tests.

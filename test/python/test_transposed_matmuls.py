@@ -5,7 +5,11 @@ contiguous. Values are checked against eager on every engine."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
+import textwrap
 
 import pytest
 import torch
@@ -95,3 +99,31 @@ def test_a_transpose_only_a_matmul_reads_stays_a_view(lazy: torch.device, engine
     # No kernel writes the transposed copy: the matmul reads the view.
     assert re.search(r"\[view\]: aten::t_copy", plan), plan
     torch.testing.assert_close(out.cpu(), (a * 2).t() @ b)
+
+
+def test_switch_keeps_the_recorded_layout() -> None:
+    # LAZYFUSE_TRANSPOSED_MATMULS=0: the weight's gradient is the transpose
+    # of a [8,6] product again, and still right.
+    code = textwrap.dedent(
+        """
+        import re, torch, lazyfuse
+        torch.manual_seed(0)
+        model = torch.nn.Linear(8, 6)
+        x = torch.randn(5, 8)
+        model(x).sum().backward()
+        expected = model.weight.grad
+        model.weight.grad = None
+        model.to(lazyfuse.lazy_device())
+        model(x.to(lazyfuse.lazy_device())).sum().backward()
+        lazyfuse.mark_step()
+        torch.testing.assert_close(model.weight.grad.cpu(), expected)
+        print(re.findall(r"%\\d+:(\\w+\\[[\\d,]*\\]) = aten::mm\\(",
+                         lazyfuse.debug.last_program()))
+        """
+    )
+    env = {**os.environ, "LAZYFUSE_TRANSPOSED_MATMULS": "0"}
+    run = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split("\n")[-2] == "['Float[8,6]']", run.stdout
