@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <unordered_map>
 
 #include "fusion/rules.h"
 #include "runtime/view_group.h"
@@ -13,7 +14,8 @@ namespace {
 
 // Result `view`'s value as an alias of its root buffer's contiguous memory,
 // when it reaches the root through transposes, permutes and reshapes that
-// keep every element once. `root` is set to that buffer.
+// keep every element once. `root` is set to that buffer. Contiguous when the
+// view holds the root as laid out (a detach).
 std::optional<at::Tensor> AliasOfRoot(const Program& program,
                                       const std::vector<int>& made_by,
                                       BufferId view,
@@ -56,18 +58,6 @@ std::optional<at::Tensor> AliasOfRoot(const Program& program,
   return alias;
 }
 
-// The same, when it is laid out otherwise than the root.
-std::optional<at::Tensor> PermutationOfRoot(const Program& program,
-                                            const std::vector<int>& made_by,
-                                            BufferId view,
-                                            BufferId* root) {
-  std::optional<at::Tensor> alias = AliasOfRoot(program, made_by, view, root);
-  if (alias && alias->is_contiguous()) {
-    return std::nullopt;
-  }
-  return alias;
-}
-
 // Where `root`'s elements land in a contiguous tensor laid out as `view`,
 // an alias of root's memory that permutes its dims (sizes and strides of the
 // view in root's memory): per root dim, the stride there. Unset when the
@@ -102,18 +92,6 @@ std::optional<std::vector<int64_t>> RootStridesInView(const std::vector<int64_t>
   return strides;
 }
 
-// Whether result `id` holds `root`'s elements as laid out: a detach, or a
-// transpose of a transpose.
-bool SameAsRoot(const Program& program,
-                const std::vector<int>& made_by,
-                BufferId id,
-                BufferId root) {
-  BufferId reached = -1;
-  const std::optional<at::Tensor> alias = AliasOfRoot(program, made_by, id, &reached);
-  return alias && reached == root && alias->is_contiguous() &&
-         alias->sizes() == c10::IntArrayRef(program.buffers[root].sizes);
-}
-
 }  // namespace
 
 void DeriveBaseResults(Program& program) {
@@ -123,16 +101,25 @@ void DeriveBaseResults(Program& program) {
       made_by[id] = static_cast<int>(i);
     }
   }
+  // Each result as an alias of its root, found once: both passes read it.
+  struct RootAlias {
+    std::optional<at::Tensor> alias;
+    BufferId root = -1;
+  };
+  std::vector<RootAlias> aliases(program.results.size());
+  for (size_t v = 0; v < program.results.size(); ++v) {
+    aliases[v].alias = AliasOfRoot(program, made_by, program.results[v], &aliases[v].root);
+  }
+  const auto permutation = [&](size_t v) -> const at::Tensor* {
+    const std::optional<at::Tensor>& alias = aliases[v].alias;
+    return alias && !alias->is_contiguous() ? &*alias : nullptr;
+  };
   std::vector<bool> derived(program.buffers.size(), false);
   std::vector<bool> source(program.buffers.size(), false);
   for (size_t v = 0; v < program.results.size(); ++v) {
-    if (derived[program.results[v]]) {
-      continue;
-    }
-    BufferId root = -1;
-    const std::optional<at::Tensor> alias =
-        PermutationOfRoot(program, made_by, program.results[v], &root);
-    if (!alias || derived[root] || source[root]) {
+    const at::Tensor* alias = permutation(v);
+    const BufferId root = aliases[v].root;
+    if (derived[program.results[v]] || alias == nullptr || derived[root] || source[root]) {
       continue;
     }
     for (size_t k = 0; k < program.results.size(); ++k) {
@@ -146,14 +133,25 @@ void DeriveBaseResults(Program& program) {
   // A view the graph returns beside its base's detached alias, where the
   // base itself is not returned: the view is made from the alias. A matmul
   // computed transposed (fusion/transposed_matmuls.h) leaves p.grad's base so.
+  // By root, the first result holding it as laid out (a detach, or a
+  // transpose of a transpose).
+  std::unordered_map<BufferId, size_t> same_as_root;
+  for (size_t k = 0; k < program.results.size(); ++k) {
+    const std::optional<at::Tensor>& alias = aliases[k].alias;
+    if (alias && alias->is_contiguous() &&
+        alias->sizes() == c10::IntArrayRef(program.buffers[aliases[k].root].sizes)) {
+      same_as_root.emplace(aliases[k].root, k);
+    }
+  }
   for (size_t v = 0; v < program.results.size(); ++v) {
     const BufferId view = program.results[v];
-    if (derived[view] || source[view]) {
+    const at::Tensor* alias = permutation(v);
+    const BufferId root = aliases[v].root;
+    if (derived[view] || source[view] || alias == nullptr || derived[root] || source[root]) {
       continue;
     }
-    BufferId root = -1;
-    const std::optional<at::Tensor> alias = PermutationOfRoot(program, made_by, view, &root);
-    if (!alias || derived[root] || source[root]) {
+    const auto same = same_as_root.find(root);
+    if (same == same_as_root.end() || derived[program.results[same->second]]) {
       continue;
     }
     const std::optional<std::vector<int64_t>> strides =
@@ -161,20 +159,13 @@ void DeriveBaseResults(Program& program) {
     if (!strides) {
       continue;
     }
-    for (size_t k = 0; k < program.results.size(); ++k) {
-      const BufferId same = program.results[k];
-      if (same == view || derived[same] || !SameAsRoot(program, made_by, same, root)) {
-        continue;
+    for (size_t w = 0; w < program.results.size(); ++w) {
+      if (program.results[w] == view) {
+        program.derived_results.push_back({w, same->second, program.buffers[root].sizes, *strides});
       }
-      for (size_t w = 0; w < program.results.size(); ++w) {
-        if (program.results[w] == view) {
-          program.derived_results.push_back({w, k, program.buffers[root].sizes, *strides});
-        }
-      }
-      derived[view] = true;
-      source[same] = true;
-      break;
     }
+    derived[view] = true;
+    source[program.results[same->second]] = true;
   }
   if (!program.derived_results.empty()) {
     ComputeLifetimes(program);
