@@ -16,6 +16,7 @@ here, never in tests.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import statistics
 import sys
@@ -134,19 +135,33 @@ def synchronize(device: torch.device) -> None:
         lazyfuse.wait_device_ops()
 
 
-def steps_per_second(step: Callable[[], None], steps: int, device: torch.device) -> float:
+def steps_per_second(
+    step: Callable[[], None], steps: int, device: torch.device, windows: int = 1
+) -> tuple[float, list[float], int]:
+    """The median rate of `windows` back-to-back windows of `steps` steps,
+    each window's rate, and the garbage collections of Python's oldest
+    generation while they ran: a full collection in a 20-step window of a
+    1.5 ms step is the kind of pause that makes one reading disagree."""
     for _ in range(4):  # a replayed step captures on its first calls
         step()
     synchronize(device)
-    start = time.perf_counter()
-    for _ in range(steps):
-        step()
-    synchronize(device)
-    return steps / (time.perf_counter() - start)
+    full_collections = gc.get_stats()[2]["collections"]
+    rates = []
+    for _ in range(windows):
+        start = time.perf_counter()
+        for _ in range(steps):
+            step()
+        synchronize(device)
+        rates.append(steps / (time.perf_counter() - start))
+    return statistics.median(rates), rates, gc.get_stats()[2]["collections"] - full_collections
 
 
 def bench_training(
-    device: torch.device, models: dict[str, TrainingSetup], engines: list[str], steps: int
+    device: torch.device,
+    models: dict[str, TrainingSetup],
+    engines: list[str],
+    steps: int,
+    windows: int = 1,
 ) -> list[dict]:
     rows = []
     for name, setup in models.items():
@@ -154,7 +169,13 @@ def bench_training(
             row: dict[str, object] = {"model": name, "engine": engine}
             try:
                 step = make_step(setup, engine, device)
-                row["steps/s"] = steps_per_second(step, steps, device)
+                row["steps/s"], windows_read, row["full gcs"] = steps_per_second(
+                    step, steps, device, windows
+                )
+                if windows > 1:
+                    row["windows steps/s"] = [round(rate, 1) for rate in windows_read]
+                if hasattr(step, "replayed_calls"):
+                    row["replayed calls"] = step.replayed_calls
                 if device.type == "cuda":
                     row["kernels/step"] = count_kernels(step)
             except Exception as error:  # noqa: BLE001 - one engine's failure is a result
@@ -233,6 +254,9 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument(
+        "--windows", type=int, default=1, help="time this many windows of --steps; report each"
+    )
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
     parser.add_argument("--smoke", action="store_true", help="CPU, eager and lazyfuse, 2 steps")
     parser.add_argument("--models", default=",".join(MODELS), help=f"of {[*MODELS, 'gpt2']}")
@@ -256,8 +280,9 @@ def main() -> int:
         "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
         "backing": lazyfuse._C._backing_device(),
         "steps": steps,
+        "windows": args.windows,
     }
-    rows = bench_training(device, models, engines, steps)
+    rows = bench_training(device, models, engines, steps, args.windows)
     memory = adam_peak_memory(4096, 6) if device.type == "cuda" and not args.no_memory else None
     mark_step_us = cache_hit_mark_step_us(100, 3 if args.smoke else 50)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -44,6 +44,7 @@ fi
 for round in 1 2 3; do
   for engine in lazyfuse-replay compile-reduce-overhead; do
     timeout 60 "$PYTHON" bench/gpu_training.py --models lenet5,transformer --engines "$engine" \
+      --steps 20 --windows 4 \
       --no-memory --out "/tmp/gq_$round" 2>&1 | grep -E '^\{' | sed "s/^/round $round: /"
   done
 done >"$OUT/replay_spread.txt" 2>&1

@@ -15,10 +15,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def smoke_report(script: str, out: Path) -> Any:
+def smoke_report(script: str, out: Path, *extra: str) -> Any:
     """Runs bench/<script>.py --smoke into `out`; its JSON report."""
     run = subprocess.run(
-        [sys.executable, f"bench/{script}.py", "--smoke", "--out", str(out)],
+        [sys.executable, f"bench/{script}.py", "--smoke", "--out", str(out), *extra],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -29,10 +29,14 @@ def smoke_report(script: str, out: Path) -> Any:
 
 
 def test_gpu_training_smoke_runs_every_model(tmp_path: Path) -> None:
-    report = smoke_report("gpu_training", tmp_path)
+    report = smoke_report("gpu_training", tmp_path, "--windows", "2")
     models = {row["model"] for row in report["training"]}
     assert models == {"mlp", "lenet5", "transformer"}
     assert all(row["steps/s"] > 0 for row in report["training"])
+    assert all(len(row["windows steps/s"]) == 2 for row in report["training"])
+    assert all(row["full gcs"] >= 0 for row in report["training"])
+    replayed = [row for row in report["training"] if row["engine"] == "lazyfuse-replay"]
+    assert replayed and all(row["replayed calls"] > 0 for row in replayed)
     assert report["mark_step_us"] > 0
     assert "| mlp | lazyfuse |" in (tmp_path / "gpu_training.md").read_text()
 
