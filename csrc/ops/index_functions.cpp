@@ -1,5 +1,4 @@
-// Advanced indexing (x[idx], x[idx] = v), index_add and arange on the lazy
-// device.
+// Advanced indexing (x[idx], x[idx] = v) and index_add on the lazy device.
 // index and index_put take a list of optional index tensors, which torchgen
 // cannot turn into IR operands, so they build ClosureNodes here.
 
@@ -145,23 +144,6 @@ at::Tensor LazyNativeFunctions::index_put(const at::Tensor& self,
                                     const std::vector<at::Tensor>& rest) {
                          return at::index_put(base, list, rest[0], accumulate);
                        });
-}
-
-at::Tensor& LazyNativeFunctions::arange_out(const at::Scalar& start,
-                                            const at::Scalar& end,
-                                            const at::Scalar& step,
-                                            at::Tensor& out) {
-  // The values depend only on the scalars, so they are computed on the host
-  // and enter the graph as data, like a tensor moved to the lazy device.
-  TORCH_LAZY_FN_COUNTER("lazy::");
-  at::Tensor host = at::arange(start, end, step, out.options().device(c10::kCPU));
-  auto lazy_out = torch::lazy::TryGetLtcTensor(out);
-  TORCH_CHECK(lazy_out, "lazyfuse: aten::arange.start_out: out must be a lazy tensor");
-  lazy_out->UpdateFromTensorOut(host);
-  if (auto* impl = dynamic_cast<torch::lazy::LTCTensorImpl*>(out.unsafeGetTensorImpl())) {
-    impl->force_refresh_sizes();
-  }
-  return out;
 }
 
 at::Tensor LazyNativeFunctions::index_add(const at::Tensor& self,

@@ -328,6 +328,13 @@ def test_creation_directly_on_the_lazy_device(lazy: torch.device) -> None:
         "full": torch.full((2, 3), 1.5, device=lazy),
         "zeros": torch.zeros(4, dtype=torch.int32, device=lazy),
         "ones": torch.ones(2, 2, device=lazy),
+        "linspace": torch.linspace(-1.0, 2.0, 7, device=lazy),
+        "linspace_float64": torch.linspace(0, 1, 5, dtype=torch.float64, device=lazy),
+        "linspace_int": torch.linspace(0, 10, 4, dtype=torch.int64, device=lazy),
+        "linspace_one": torch.linspace(3.0, 5.0, 1, device=lazy),
+        "linspace_empty": torch.linspace(3.0, 5.0, 0, device=lazy),
+        "logspace": torch.logspace(0, 2, 5, device=lazy),
+        "logspace_base2": torch.logspace(-1, 3, 4, base=2.0, device=lazy),
     }
     expected = {
         "arange": torch.arange(2, 11, 3),
@@ -335,12 +342,35 @@ def test_creation_directly_on_the_lazy_device(lazy: torch.device) -> None:
         "full": torch.full((2, 3), 1.5),
         "zeros": torch.zeros(4, dtype=torch.int32),
         "ones": torch.ones(2, 2),
+        "linspace": torch.linspace(-1.0, 2.0, 7),
+        "linspace_float64": torch.linspace(0, 1, 5, dtype=torch.float64),
+        "linspace_int": torch.linspace(0, 10, 4, dtype=torch.int64),
+        "linspace_one": torch.linspace(3.0, 5.0, 1),
+        "linspace_empty": torch.linspace(3.0, 5.0, 0),
+        "logspace": torch.logspace(0, 2, 5),
+        "logspace_base2": torch.logspace(-1, 3, 4, base=2.0),
     }
     lazyfuse.mark_step()
     for name, tensor in made.items():
         assert tensor.device.type == "lazy", name
-        torch.testing.assert_close(tensor.cpu(), expected[name], msg=name)
+        torch.testing.assert_close(tensor.cpu(), expected[name], msg=name, rtol=0, atol=0)
     assert lazyfuse.metrics.fallback_counts() == {}
+
+
+def test_linspace_with_lazy_bounds_and_bad_steps(lazy: torch.device) -> None:
+    # The Tensor overloads read their bounds (a sync, as on eager CUDA) and
+    # then take the scalar path; a negative count raises torch's own error.
+    start, end = torch.tensor(1.0).to(lazy), torch.tensor(4.0).to(lazy)
+    made = torch.linspace(start, end, 4, device=lazy) * 2
+    torch.testing.assert_close(made.cpu(), torch.linspace(1.0, 4.0, 4) * 2, rtol=0, atol=0)
+    assert "aten::linspace.out" not in lazyfuse.metrics.fallback_counts()
+    for make in (torch.linspace, torch.logspace):
+        out = torch.empty(0, device=lazy)
+        for kwargs in ({"device": lazy}, {"out": out}):  # torch checks, before lazyfuse
+            with pytest.raises(RuntimeError, match="number of steps must be non-negative"):
+                make(0.0, 1.0, -1, **kwargs)
+        torch.testing.assert_close(make(0.0, 1.0, 3, out=out).cpu(), make(0.0, 1.0, 3))
+    torch.testing.assert_close(torch.linspace(0, 1, 3, device=lazy).cpu(), torch.linspace(0, 1, 3))
 
 
 def test_advanced_indexing_reads_and_writes(lazy: torch.device) -> None:
