@@ -216,11 +216,14 @@ class Builder:
 
 
 def run_graph(
-    graph: Graph, device: torch.device, dtypes: dict[str, torch.dtype] | None = None
+    graph: Graph,
+    device: torch.device,
+    dtypes: dict[str, torch.dtype] | None = None,
+    largest: dict[str, float] | None = None,
 ) -> list[torch.Tensor]:
-    """Runs `graph` eagerly on `device`; `dtypes`, when given, receives every
-    value's dtype."""
-    return evaluate(graph, graph_inputs(graph, device), dtypes)
+    """Runs `graph` eagerly on `device`; `dtypes` and `largest`, when given,
+    receive every value's dtype and largest finite magnitude."""
+    return evaluate(graph, graph_inputs(graph, device), dtypes, largest)
 
 
 def graph_inputs(graph: Graph, device: torch.device, draw: int = 0) -> dict[str, torch.Tensor]:
@@ -250,7 +253,10 @@ def graph_inputs(graph: Graph, device: torch.device, draw: int = 0) -> dict[str,
 
 
 def evaluate(
-    graph: Graph, inputs: dict[str, torch.Tensor], dtypes: dict[str, torch.dtype] | None = None
+    graph: Graph,
+    inputs: dict[str, torch.Tensor],
+    dtypes: dict[str, torch.dtype] | None = None,
+    largest: dict[str, float] | None = None,
 ) -> list[torch.Tensor]:
     """The outputs of `graph` on `inputs`."""
     env = dict(inputs)
@@ -290,7 +296,14 @@ def evaluate(
             raise ValueError(f"unknown fuzz op {op}")
     if dtypes is not None:
         dtypes.update({name: value.dtype for name, value in env.items()})
+    if largest is not None:
+        largest.update({name: _largest_finite(value) for name, value in env.items()})
     return [env[name] for name in graph.outputs]
+
+
+def _largest_finite(value: torch.Tensor) -> float:
+    finite = value[value.isfinite()] if value.is_floating_point() else value
+    return float(finite.abs().max()) if finite.numel() else 0.0
 
 
 def _feeding(graph: Graph, name: str, dtypes: dict[str, torch.dtype]) -> list[tuple[str, str]]:
@@ -313,6 +326,25 @@ def rounds_through_half(graph: Graph, name: str, dtypes: dict[str, torch.dtype])
     land an ulp apart between engines (two correct orders of float ops), and
     that ulp is 2^-8 of the value, whatever the output's own dtype."""
     return any(dtypes.get(value) in HALF_TYPES for value, _ in _feeding(graph, name, dtypes))
+
+
+def sin_of_large_rounded(
+    graph: Graph, name: str, dtypes: dict[str, torch.dtype], largest: dict[str, float]
+) -> bool:
+    """Whether a `sin` feeding `name` reads a computed float value so large
+    that one ulp of it moves sin past the tolerance. Two correct orders of a
+    float sum may land an ulp apart, and sin passes that ulp on whole: at
+    4e17 a float64 ulp is 64, and sin of the two sums has nothing in common
+    (fuzz seed 24, graph 238: a float64 sum of int64 extremes)."""
+    producers = {out: args for out, _, args in graph.steps}
+    atol = tolerance(dtypes[name])["atol"]
+    for value, op in _feeding(graph, name, dtypes):
+        arg = producers[value][0]
+        if op != "sin" or arg not in producers or not dtypes[arg].is_floating_point:
+            continue
+        if largest[arg] * torch.finfo(dtypes[arg]).eps > atol:
+            return True
+    return False
 
 
 def overflow_varies_in_eager(graph: Graph, name: str, dtypes: dict[str, torch.dtype]) -> bool:
@@ -371,10 +403,11 @@ def check_graph(seed: int, index: int) -> str | None:
 def check_graph_at(seed: int, index: int, resize: int) -> str | None:
     graph = Builder(seed, index, resize).build()
     dtypes: dict[str, torch.dtype] = {}
+    largest: dict[str, float] = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # var of one element, and the like
         try:
-            expected = run_graph(graph, lazyfuse.config.backing_device(), dtypes)
+            expected = run_graph(graph, lazyfuse.config.backing_device(), dtypes, largest)
         except (RuntimeError, ValueError, IndexError):
             return None  # eager rejects it too: not a graph to compare
         try:
@@ -385,6 +418,8 @@ def check_graph_at(seed: int, index: int, resize: int) -> str | None:
         e = e.cpu()
         if g.dtype != e.dtype or g.shape != e.shape:
             return f"{name}: got {g.dtype}{list(g.shape)}, eager {e.dtype}{list(e.shape)}"
+        if sin_of_large_rounded(graph, name, dtypes, largest):
+            continue  # ill-conditioned: any two correct sums may disagree
         if overflow_varies_in_eager(graph, name, dtypes):
             either = (g.isnan() & e.isinf()) | (g.isinf() & e.isnan())
             g, e = g.masked_fill(either, float("nan")), e.masked_fill(either, float("nan"))

@@ -9,10 +9,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+import torch
 
 import lazyfuse
 from conftest import HOST_COMPILER, NO_FUSED_KERNELS, ON_CUDA
-from fuzz_fusion import check_graph, reproduction
+from fuzz_fusion import Graph, check_graph, evaluate, reproduction, sin_of_large_rounded
 
 FUZZ_SEED = 20261124
 FUZZ_GRAPHS = 320
@@ -66,3 +67,23 @@ def fuzz_summary() -> str | None:
         mismatches = sum(problem is not None for problem in problems)
         lines.append(f"{len(problems)} graphs on {name} kernels, {mismatches} mismatches")
     return "fuzz: " + "; ".join(lines)
+
+
+def test_sin_of_a_large_rounded_value_is_not_compared() -> None:
+    # Fuzz seed 24, graph 238: sin of a float64 sum of int64 extremes (about
+    # 4e17, where an ulp is 64). Eager and the CPU kernels sum in two correct
+    # orders an ulp apart, and sin of the two has nothing in common. The same
+    # graph with a small sum is still compared.
+    graph = Graph(
+        seed=0,
+        index=0,
+        inputs=[("v0", [4], torch.int64)],
+        steps=[("v1", "sum_f64", ["v0", "7", "False"]), ("v2", "sin", ["v1"])],
+        outputs=["v2"],
+    )
+    dtypes: dict[str, torch.dtype] = {}
+    largest: dict[str, float] = {}
+    evaluate(graph, {"v0": torch.tensor([2**60, 3, 2**58, 7])}, dtypes, largest)
+    assert sin_of_large_rounded(graph, "v2", dtypes, largest)
+    evaluate(graph, {"v0": torch.tensor([2, 3, 5, 7])}, dtypes, largest)
+    assert not sin_of_large_rounded(graph, "v2", dtypes, largest)
