@@ -310,3 +310,19 @@ def test_float64_batch_norm_without_running_stats_saves_float64_stats(
     expected[0].sum().backward()
     actual[0].sum().backward()
     torch.testing.assert_close(lazy_x.grad.cpu(), x.grad)
+
+
+@pytest.mark.parametrize("target_shape", [(5,), (1, 5)], ids=["vector", "row"])
+def test_addbmm_into_a_broadcast_target_raises_naming_the_op(
+    lazy: torch.device, target_shape: tuple[int, ...]
+) -> None:
+    # Eager CPU resizes such a target to (3, 5) (README, "Known gaps"); an
+    # in-place op must not grow its target, so lazyfuse raises instead, as
+    # eager does for addmm_ and baddbmm_, and the target keeps its value.
+    b1, b2 = torch.randn(2, 3, 4), torch.randn(2, 4, 5)
+    target = torch.ones(target_shape).to(lazy)
+    with pytest.raises(RuntimeError, match=r"aten::addbmm_.*\[3, 5\]"):
+        target.addbmm_(b1.to(lazy), b2.to(lazy))
+    torch.testing.assert_close(target.cpu(), torch.ones(target_shape))
+    fitting = torch.ones(3, 5).to(lazy).addbmm_(b1.to(lazy), b2.to(lazy))
+    torch.testing.assert_close(fitting.cpu(), torch.ones(3, 5).addbmm_(b1, b2))
