@@ -19,7 +19,8 @@ class Planner {
         producer_(program.buffers.size(), -1),
         row_level_(program.buffers.size(), false),
         readers_(program.buffers.size()),
-        is_result_(program.buffers.size(), false) {
+        is_result_(program.buffers.size(), false),
+        making_step_(MakingSteps(program)) {
     for (size_t i = 0; i < program.steps.size(); ++i) {
       for (BufferId id : program.steps[i].inputs) {
         readers_[id].push_back(i);
@@ -261,7 +262,7 @@ class Planner {
     return std::any_of(step.outputs.begin(),
                        step.outputs.end(),
                        [&](BufferId id) { return is_result_[id]; }) &&
-           ResultAliasSavesMemory(program_, i);
+           ResultAliasSavesMemory(program_, i, making_step_);
   }
 
   // A reshape whose value outlives the graph (a detached parameter) aliases
@@ -474,6 +475,7 @@ class Planner {
   std::vector<bool> row_level_;
   std::vector<std::vector<size_t>> readers_;  // per buffer, the steps reading it
   std::vector<bool> is_result_;
+  std::vector<int> making_step_;  // MakingSteps(program_)
 };
 
 }  // namespace

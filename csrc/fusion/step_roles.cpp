@@ -40,13 +40,7 @@ bool FitsDomain(const std::vector<int64_t>& shape, const std::vector<int64_t>& d
   return ShapeNumel(shape) == ShapeNumel(domain) || BroadcastsTo(shape, domain);
 }
 
-bool ResultAliasSavesMemory(const Program& program, size_t i) {
-  std::vector<int> made_by(program.buffers.size(), -1);
-  for (size_t s = 0; s < i; ++s) {
-    for (BufferId id : program.steps[s].outputs) {
-      made_by[id] = static_cast<int>(s);
-    }
-  }
+bool ResultAliasSavesMemory(const Program& program, size_t i, const std::vector<int>& making_step) {
   for (int s = static_cast<int>(i); s >= 0;) {
     const Step& step = program.steps[s];
     if (RoleOf(step, program) != Role::kView) {
@@ -56,7 +50,7 @@ bool ResultAliasSavesMemory(const Program& program, size_t i) {
     if (!rule || step.inputs.empty() || rule->kind != ViewKind::kReshape) {
       return false;
     }
-    s = made_by[step.inputs[0]];
+    s = making_step[step.inputs[0]];
   }
   return true;  // a parameter's or a constant's view
 }

@@ -26,7 +26,8 @@ bool FitsDomain(const std::vector<int64_t>& shape, const std::vector<int64_t>& d
 // than as a copy a kernel writes, saves memory: when the view is a chain of
 // reshapes (detach, view), which alias as laid out. Device data is
 // contiguous, so any other alias would be copied when it becomes data.
-bool ResultAliasSavesMemory(const Program& program, size_t i);
+// `making_step` is MakingSteps(program), computed once per plan.
+bool ResultAliasSavesMemory(const Program& program, size_t i, const std::vector<int>& making_step);
 
 // Whether step `i` is a permute (a transpose) that only matmuls read (by
 // buffer, `readers` lists the steps reading it). It stays an alias: BLAS

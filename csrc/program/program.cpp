@@ -300,6 +300,16 @@ void ComputeLifetimes(Program& p) {
   }
 }
 
+std::vector<int> MakingSteps(const Program& program) {
+  std::vector<int> making_step(program.buffers.size(), -1);
+  for (size_t s = 0; s < program.steps.size(); ++s) {
+    for (BufferId id : program.steps[s].outputs) {
+      making_step[id] = static_cast<int>(s);
+    }
+  }
+  return making_step;
+}
+
 std::vector<bool> KeptResults(const Program& program) {
   std::vector<bool> kept(program.buffers.size(), false);
   std::vector<bool> derived(program.results.size(), false);

@@ -176,6 +176,10 @@ void ComputeLifetimes(Program& program);
 // By buffer, whether the run returns it: a result that is not derived.
 std::vector<bool> KeptResults(const Program& program);
 
+// By buffer, the index of the step that makes it; -1 for parameters and
+// constants.
+std::vector<int> MakingSteps(const Program& program);
+
 class ProgramBuilder {
  public:
   BufferId AddBuffer(at::ScalarType dtype, std::vector<int64_t> sizes);

@@ -95,12 +95,7 @@ std::optional<std::vector<int64_t>> RootStridesInView(const std::vector<int64_t>
 }  // namespace
 
 void DeriveBaseResults(Program& program) {
-  std::vector<int> made_by(program.buffers.size(), -1);
-  for (size_t i = 0; i < program.steps.size(); ++i) {
-    for (BufferId id : program.steps[i].outputs) {
-      made_by[id] = static_cast<int>(i);
-    }
-  }
+  const std::vector<int> made_by = MakingSteps(program);
   // Each result as an alias of its root, found once: both passes read it.
   struct RootAlias {
     std::optional<at::Tensor> alias;
