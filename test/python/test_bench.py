@@ -81,6 +81,15 @@ def test_ddp_overhead_smoke_times_both_engines(tmp_path: Path) -> None:
     assert "| mlp |" in (tmp_path / "ddp_overhead.md").read_text()
 
 
+def test_ddp_alternating_smoke_reads_every_engines_overhead(tmp_path: Path) -> None:
+    report = smoke_report("ddp_alternating", tmp_path)
+    (row,) = report["rows"]
+    for engine in ("eager", "lazyfuse", "lazyfuse-replay"):
+        assert isinstance(row[f"{engine} overhead ms"], float), row
+    assert "lazyfuse-replay ÷ eager" in row and "lazyfuse target met" in row, row
+    assert "| mlp |" in (tmp_path / "ddp_alternating.md").read_text()
+
+
 def test_cpu_kernels_bench_times_every_engine(tmp_path: Path) -> None:
     run = subprocess.run(
         [sys.executable, "bench/cpu_kernels.py", "--max-log2", "12", "--out", str(tmp_path)],
