@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
-# What rounds 4 and 5 on a GPU left unexplained (docs/performance.md, "Targets,
-# round 5"), read in one device call of about 4 minutes, after
-# scripts/gpu_check.sh has passed on the same commit:
-# 1. ncu at 2^28, lazyfuse beside torch.compile: layer_norm (1.07x compile),
-#    pointwise x1 (87% of copy) and x16 (1.35x compile, against 1.07x of the
-#    kernel at 2^24), with instruction counts per pipe;
+# What the GPU rounds left open, read in one device call of about 5 minutes,
+# after scripts/gpu_check.sh has passed on the same commit. Round 6
+# (docs/performance.md) ran items 1 and 2 and explained what rounds 4 and 5
+# had left; item 3 is what round 6 left:
+# 1. ncu at 2^28, lazyfuse beside torch.compile: layer_norm, pointwise x1
+#    and x16, with instruction counts per pipe;
 # 2. replayed training beside reduce-overhead, each engine in its own
-#    process, three times: LeNet-5 read 0.93x, and the Transformer's replay
-#    read 367, 633 and 933 steps/s in one call (round 5).
+#    process, three times, four windows each;
+# 3. the replayed Transformer's host loop against its whole step and its
+#    kernels, in five processes (bench/gpu_replay_host.py): round 6 read a
+#    host-bound step whose host speed differed 1.8x between processes.
 #
 #   GPU_CHECK_PREBUILT=1 bash scripts/gpu_questions.sh   # _C carried, as for gpu_check.sh
 #
-# Output goes to $OUT (default ./gpu_out): ncu_2p28.txt, replay_spread.txt.
+# Output goes to $OUT (default ./gpu_out): ncu_2p28.txt, replay_spread.txt,
+# replay_host.txt.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 OUT=${OUT:-$PWD/gpu_out}
@@ -49,6 +52,12 @@ for round in 1 2 3; do
   done
 done >"$OUT/replay_spread.txt" 2>&1
 
+for round in 1 2 3 4 5; do
+  timeout 60 "$PYTHON" bench/gpu_replay_host.py --models transformer --out "/tmp/gq_host_$round" \
+    2>&1 | grep -E '^\{' | sed "s/^/process $round: /"
+done >"$OUT/replay_host.txt" 2>&1
+
 grep -E "^== |Duration|DRAM Throughput|Compute \(SM\)|inst_executed|Grid Size|Block Size" \
   "$OUT/ncu_2p28.txt"
 cat "$OUT/replay_spread.txt"
+cat "$OUT/replay_host.txt"

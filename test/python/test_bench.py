@@ -41,6 +41,15 @@ def test_gpu_training_smoke_runs_every_model(tmp_path: Path) -> None:
     assert "| mlp | lazyfuse |" in (tmp_path / "gpu_training.md").read_text()
 
 
+def test_gpu_replay_host_smoke_splits_host_from_whole(tmp_path: Path) -> None:
+    (row,) = smoke_report("gpu_replay_host", tmp_path)
+    assert row["model"] == "mlp" and row["replayed calls"] > 0, row
+    assert len(row["host ms/step"]) == len(row["whole ms/step"]) == 2, row
+    assert all(h <= w for h, w in zip(row["host ms/step"], row["whole ms/step"], strict=True))
+    assert row["top host ops (calls/step, self µs/step)"], row
+    assert "| mlp |" in (tmp_path / "gpu_replay_host.md").read_text()
+
+
 def test_cuda_graph_probe_smoke_compares_twins(tmp_path: Path) -> None:
     # The CPU path has no graph: the "graph" twin replays too, so the twins
     # must agree bit for bit, and no replay may move an updated tensor but
