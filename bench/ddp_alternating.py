@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime
 import json
 import os
 import statistics
@@ -42,7 +41,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.ddp_overhead import ENGINES, WARMUP  # noqa: E402
+from bench.ddp_overhead import ENGINES, WARMUP, join_gloo_on_own_core, write_rows  # noqa: E402
 from bench.models import MODELS  # noqa: E402
 
 
@@ -100,17 +99,7 @@ def make_steps(engine: str, model: str) -> tuple[Callable[[int], None], Callable
 
 
 def rank_main(rank: int, store: str, model: str, rounds: int, steps: int, out: str) -> None:
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    cores = sorted(os.sched_getaffinity(0))
-    os.sched_setaffinity(0, {cores[rank % len(cores)]})
-    torch.set_num_threads(1)
-    dist.init_process_group(
-        "gloo",
-        init_method=f"file://{store}",
-        rank=rank,
-        world_size=2,
-        timeout=datetime.timedelta(seconds=120),
-    )
+    join_gloo_on_own_core(rank, 2, store)
     pairs = {engine: make_steps(engine, model) for engine in ENGINES}
     for communicating, silent in pairs.values():
         communicating(WARMUP)
@@ -177,17 +166,7 @@ def main() -> None:
     for model in models:
         rows.append(summarize(model, measure(model, rounds, steps)))
         print(rows[-1], flush=True)
-    args.out.mkdir(parents=True, exist_ok=True)
-    report = {"rounds": rounds, "steps": steps, "rows": rows}
-    (args.out / "ddp_alternating.json").write_text(json.dumps(report, indent=1))
-    columns = list(rows[0])
-    lines = [
-        "| " + " | ".join(columns) + " |",
-        "|" + "---|" * len(columns),
-        *("| " + " | ".join(str(row.get(c, "")) for c in columns) + " |" for row in rows),
-    ]
-    (args.out / "ddp_alternating.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_rows(args.out, "ddp_alternating", {"rounds": rounds, "steps": steps, "rows": rows})
 
 
 if __name__ == "__main__":

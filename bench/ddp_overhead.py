@@ -46,12 +46,11 @@ WARMUP = 4  # a replayed step captures on its first calls
 ENGINES = ("eager", "lazyfuse", "lazyfuse-replay")
 
 
-def rank_main(
-    rank: int, world: int, store: str, engine: str, model: str, steps: int, out: str
-) -> None:
+def join_gloo_on_own_core(rank: int, world: int, store: str) -> None:
+    """Joins the Gloo group on loopback, pinned to one core with one thread.
+    One core per rank, in both runs: a 1-rank run must not borrow the core
+    its partner uses in the 2-rank run, or contention counts as overhead."""
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    # One core per rank, in both runs: a 1-rank run must not borrow the core
-    # its partner uses in the 2-rank run, or contention counts as overhead.
     cores = sorted(os.sched_getaffinity(0))
     os.sched_setaffinity(0, {cores[rank % len(cores)]})
     torch.set_num_threads(1)
@@ -62,6 +61,12 @@ def rank_main(
         world_size=world,
         timeout=datetime.timedelta(seconds=120),
     )
+
+
+def rank_main(
+    rank: int, world: int, store: str, engine: str, model: str, steps: int, out: str
+) -> None:
+    join_gloo_on_own_core(rank, world, store)
     if engine.startswith("lazyfuse"):
         import lazyfuse
 
@@ -169,16 +174,21 @@ def main() -> None:
             row[f"{engine} target met"] = lazy_overhead <= max(eager_overhead, 0.0) * 1.1
         rows.append(row)
         print(row, flush=True)
-    args.out.mkdir(parents=True, exist_ok=True)
-    report = {"steps": steps, "rows": rows}
-    (args.out / "ddp_overhead.json").write_text(json.dumps(report, indent=1))
+    write_rows(args.out, "ddp_overhead", {"steps": steps, "rows": rows})
+
+
+def write_rows(out: Path, name: str, report: dict) -> None:
+    """Writes `report` as <name>.json, and its rows as a table in <name>.md."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.json").write_text(json.dumps(report, indent=1))
+    rows = report["rows"]
     columns = list(rows[0])
     lines = [
         "| " + " | ".join(columns) + " |",
         "|" + "---|" * len(columns),
-        *("| " + " | ".join(str(row[c]) for c in columns) + " |" for row in rows),
+        *("| " + " | ".join(str(row.get(c, "")) for c in columns) + " |" for row in rows),
     ]
-    (args.out / "ddp_overhead.md").write_text("\n".join(lines) + "\n")
+    (out / f"{name}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 
