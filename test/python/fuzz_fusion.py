@@ -302,6 +302,8 @@ def evaluate(
 
 
 def _largest_finite(value: torch.Tensor) -> float:
+    if value.dtype == torch.bool:  # abs has no bool kernel
+        value = value.to(torch.uint8)
     finite = value[value.isfinite()] if value.is_floating_point() else value
     return float(finite.abs().max()) if finite.numel() else 0.0
 

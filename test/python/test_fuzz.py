@@ -87,3 +87,20 @@ def test_sin_of_a_large_rounded_value_is_not_compared() -> None:
     assert sin_of_large_rounded(graph, "v2", dtypes, largest)
     evaluate(graph, {"v0": torch.tensor([2, 3, 5, 7])}, dtypes, largest)
     assert not sin_of_large_rounded(graph, "v2", dtypes, largest)
+
+
+def test_largest_magnitudes_cover_every_dtype() -> None:
+    # Recording magnitudes must not raise: check_graph counts a raise in the
+    # eager run as "eager rejects the graph" and skips it, and abs has no
+    # bool kernel, so every graph with a comparison was once skipped.
+    graph = Graph(
+        seed=0,
+        index=0,
+        inputs=[("v0", [3], torch.float32), ("v1", [3], torch.int64)],
+        steps=[("v2", "le_s", ["v0", "0.5"]), ("v3", "sin", ["v0"])],
+        outputs=["v2", "v3"],
+    )
+    largest: dict[str, float] = {}
+    inputs = {"v0": torch.tensor([0.25, -2.0, float("inf")]), "v1": torch.tensor([1, -7, 3])}
+    evaluate(graph, inputs, None, largest)
+    assert largest == {"v0": 2.0, "v1": 7.0, "v2": 1.0, "v3": pytest.approx(0.909, abs=1e-3)}
