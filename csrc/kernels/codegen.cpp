@@ -332,7 +332,8 @@ std::string ReductionKernelBody(const Program& program,
                                 const FusionGroup& group,
                                 const KernelSignature& signature,
                                 const KernelDialect& dialect,
-                                KernelSource& out);
+                                KernelSource& out,
+                                const RowStrategy* prefer);
 
 KernelSignature PredictedSignature(const Program& program,
                                    const FusionGroup& group,
@@ -364,7 +365,8 @@ KernelSignature PredictedSignature(const Program& program,
 KernelSource GenerateKernel(const Program& program,
                             const FusionGroup& group,
                             const KernelSignature& signature,
-                            const KernelDialect& dialect) {
+                            const KernelDialect& dialect,
+                            const RowStrategy* prefer) {
   TORCH_CHECK(LaunchesKernel(group.kind),
               "lazyfuse: a ",
               GroupKindName(group.kind),
@@ -383,9 +385,10 @@ KernelSource GenerateKernel(const Program& program,
   // Serial blocks index in 64 bits: under -fwrapv a 32-bit index may wrap
   // before it widens to an address, so loops would gather, not load.
   out.index64 = dialect.serial_blocks || NeedsIndex64(program, group, signature);
-  const std::string body = group.kind == GroupKind::kPointwise
-                               ? PointwiseKernel(program, group, signature, dialect, out).Body()
-                               : ReductionKernelBody(program, group, signature, dialect, out);
+  const std::string body =
+      group.kind == GroupKind::kPointwise
+          ? PointwiseKernel(program, group, signature, dialect, out).Body()
+          : ReductionKernelBody(program, group, signature, dialect, out, prefer);
   // Parameter types are recorded in order: the tensors', then the workspace's.
   const std::string params = Parameters(program, group, signature, dialect, out.parameter_types);
   const std::string workspace = WorkspaceParameters(out, dialect);

@@ -23,9 +23,11 @@ KernelSignature PredictedSignature(const Program& program,
                                    const FusionGroup& group,
                                    const std::vector<bool>& host_scalar_parameters);
 
+// `prefer`: a reduction's strategy to take where it may (row_strategy.h).
 KernelSource GenerateKernel(const Program& program,
                             const FusionGroup& group,
                             const KernelSignature& signature,
-                            const KernelDialect& dialect);
+                            const KernelDialect& dialect,
+                            const RowStrategy* prefer = nullptr);
 
 }  // namespace lazyfuse

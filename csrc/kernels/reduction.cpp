@@ -24,6 +24,7 @@
 #include "kernels/row_outputs.h"
 #include "kernels/row_split.h"
 #include "kernels/row_statistics.h"
+#include "kernels/row_strategy.h"
 #include "kernels/row_vectors.h"
 #include "kernels/strategy_constants.h"
 #include "kernels/writer.h"
@@ -43,7 +44,8 @@ class ReductionKernel {
                   const FusionGroup& group,
                   const KernelSignature& signature,
                   const KernelDialect& dialect,
-                  KernelSource& out)
+                  KernelSource& out,
+                  const RowStrategy* prefer)
       : program_(program),
         group_(group),
         dialect_(dialect),
@@ -51,7 +53,8 @@ class ReductionKernel {
         step_(program.steps[*group.reduction]),
         rule_(*ReductionRuleFor(step_, program)),
         idx_(out.index64 ? "long long" : "int"),
-        w_(program, group, signature, dialect, idx_) {
+        w_(program, group, signature, dialect, idx_),
+        prefer_(prefer) {
     const auto& shape = group.domain;
     SplitDims(shape, rule_.dims, kept_shape_, reduced_shape_);
     rows_ = ShapeNumel(kept_shape_);
@@ -59,7 +62,7 @@ class ReductionKernel {
     // Innermost: the reduced dims are the trailing ones, so a row is contiguous.
     inner_ = !rule_.dims.empty() && rule_.dims.back() == static_cast<int64_t>(shape.size()) - 1 &&
              rule_.dims.front() == static_cast<int64_t>(shape.size() - rule_.dims.size());
-    block_ = inner_ && cols_ >= 32 && !dialect.serial_blocks;
+    block_ = inner_ && !dialect.serial_blocks && BlockPerRow(prefer, cols_);
     // Reductions that pass over a row more than once keep it in shared memory
     // when it fits, so global memory (and the prologue) is read once.
     const bool multi_pass =
@@ -78,17 +81,19 @@ class ReductionKernel {
                             rule_.kind == ReductionKind::kMean ||
                             rule_.kind == ReductionKind::kMax || rule_.kind == ReductionKind::kMin;
     block_limit_ = signature.block_limit > 0 ? signature.block_limit : 1024;
-    Splitting how = combinable ? Splitting::kOneLaunch : Splitting::kNever;
-    if (multi_pass) {
-      how =
-          rule_.kind == ReductionKind::kVar ? Splitting::kTwoLaunchesRow : Splitting::kTwoLaunches;
-    }
+    const Splitting how = !multi_pass ? combinable ? Splitting::kOneLaunch : Splitting::kNever
+                          : rule_.kind == ReductionKind::kVar ? Splitting::kTwoLaunchesRow
+                                                              : Splitting::kTwoLaunches;
     split_.emplace(
         w_, dialect, idx_, stat_, rows_, cols_, block_, how, std::min(512, block_limit_));
+    if (split() && PrefersWholeRows(prefer, split_->chunks())) {
+      split_.emplace(w_, dialect, idx_, stat_, rows_, cols_, block_, Splitting::kNever, 0);
+    }
     row_cache_ =
         multi_pass && block_ && !split() && cols_ * (acc_ == "double" ? 8 : 4) <= kRowCacheBytes;
     if (block_ && inner_ && !split()) {
-      vector_width_ = RowVectorWidth(program, group, signature, cols_);
+      vector_width_ =
+          PreferredVectorWidth(prefer, RowVectorWidth(program, group, signature, cols_));
     }
     reduction_index_ = *group.reduction;
   }
@@ -96,7 +101,9 @@ class ReductionKernel {
   std::string Body() {
     out_.launch = block_ ? LaunchShape::kBlockPerRow : LaunchShape::kThreadPerRow;
     out_.work_items = rows_;
-    out_.block_size = block_ ? BlockSize() : 128;
+    out_.block_size =
+        block_ ? RowBlockThreads(prefer_, rows_, cols_ / vector_width_, vector_width_, block_limit_)
+               : 128;
     block_threads_ = out_.block_size;
     if (vector_width_ > 1) {
       vector_.emplace(w_, group_, dialect_, idx_, cols_, vector_width_);
@@ -108,7 +115,8 @@ class ReductionKernel {
       w_.Line(StrategyConstant(kBlockThreadsName, block_threads_));
       w_.Line("__shared__ " + stat_ + " lf_smem[32];");
       if (row_cache_) {
-        w_.Line("__shared__ " + acc_ + " lf_row[" + std::to_string(RowArrayLength(cols_)) + "];");
+        const int64_t length = RowArrayLength(cols_, acc_ == "double" ? 8 : 4);
+        w_.Line("__shared__ " + acc_ + " lf_row[" + std::to_string(length) + "];");
       } else {
         DeclareStatistics();
       }
@@ -123,6 +131,7 @@ class ReductionKernel {
       split_->CloseRow();
     }
     w_.Close();
+    out_.strategy = RowStrategy{true, block_, block_ ? out_.block_size : 0, vector_width_, split()};
     return w_.text();
   }
 
@@ -131,10 +140,6 @@ class ReductionKernel {
 
   bool split() const {
     return split_->active();
-  }
-
-  int BlockSize() const {
-    return RowBlockThreads(rows_, cols_ / vector_width_, vector_width_, block_limit_);
   }
 
   // The reduction input's index for column `col` of the current row.
@@ -458,6 +463,7 @@ class ReductionKernel {
   ReductionRule rule_;
   std::string idx_;
   KernelWriter w_;
+  const RowStrategy* prefer_;  // null: the sizes' own
   std::vector<int64_t> kept_shape_;
   std::vector<int64_t> reduced_shape_;
   std::vector<std::string> row_dims_;
@@ -485,8 +491,9 @@ std::string ReductionKernelBody(const Program& program,
                                 const FusionGroup& group,
                                 const KernelSignature& signature,
                                 const KernelDialect& dialect,
-                                KernelSource& out) {
-  return ReductionKernel(program, group, signature, dialect, out).Body();
+                                KernelSource& out,
+                                const RowStrategy* prefer) {
+  return ReductionKernel(program, group, signature, dialect, out, prefer).Body();
 }
 
 }  // namespace lazyfuse

@@ -26,6 +26,9 @@ constexpr int64_t kMinElementsPerThread = 16;
 constexpr int64_t kThreadsThatFillAGpu = int64_t{1} << 18;
 // An SM holds at most 32 blocks (sm_80, sm_90): smaller ones leave it part empty.
 constexpr int kFewestThreadsThatFillAnSm = 64;
+// A block-per-row kernel runs at most 32 blocks an SM, and an A100's SM
+// holds 164 KiB of shared memory: 4 KiB a block never limits occupancy.
+constexpr int64_t kFewestRowArrayBytes = 4096;
 }  // namespace
 
 int RowBlockThreads(int64_t rows, int64_t vectors, int vector_width, int most) {
@@ -115,8 +118,8 @@ void AccumulateInLanes(KernelWriter& writer,
               " ? " + x + " : " + acc + ";");
 }
 
-int64_t RowArrayLength(int64_t cols) {
-  int64_t length = 1;
+int64_t RowArrayLength(int64_t cols, int64_t element_bytes) {
+  int64_t length = kFewestRowArrayBytes / element_bytes;
   while (length < cols) {
     length *= 2;
   }

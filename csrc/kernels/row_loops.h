@@ -24,10 +24,11 @@ void SplitDims(const std::vector<int64_t>& domain,
 // a thread each: a power of two from 32 to `most`.
 int RowBlockThreads(int64_t rows, int64_t vectors, int vector_width, int most);
 
-// The length an array holding a row of `cols` is declared with: the next
-// power of two, so rows of nearby lengths render the same array and share a
+// The length an array holding a row of `cols` elements of `element_bytes`
+// is declared with: the next power of two, and at least 4 KiB, so rows of
+// nearby lengths, and all short ones, render the same array and share a
 // shape-generic kernel (array sizes stay constants in it).
-int64_t RowArrayLength(int64_t cols);
+int64_t RowArrayLength(int64_t cols, int64_t element_bytes);
 
 // Opens the loop over this block's (or thread's) rows, as `row`.
 void OpenRows(KernelWriter& writer,

@@ -63,10 +63,18 @@ RowSplit::RowSplit(KernelWriter& writer,
   chunk_cols_ = (cols_ + chunks_ - 1) / chunks_;
 }
 
+// A count that follows from the split (chunks, their length, items): written
+// unsigned, and cast to the index type, so that a shape-generic template
+// always takes it as a parameter (source_literals.h). It may stay put between
+// two shapes and change at a third, where a constant would compile again.
+std::string RowSplit::Count(int64_t value) const {
+  return "(" + idx_ + ")" + std::to_string(value) + (idx_ == "int" ? "u" : "ull");
+}
+
 // Where a (row, chunk) partial lives: a block's chunks of one row are
 // adjacent; per thread, the rows of one chunk are, as the threads are.
 std::string RowSplit::PartialIndex(const std::string& chunk) const {
-  return per_block_ ? "row * " + std::to_string(chunks_) + " + " + chunk
+  return per_block_ ? "row * " + Count(chunks_) + " + " + chunk
                     : chunk + " * " + std::to_string(rows_) + " + row";
 }
 
@@ -89,20 +97,19 @@ void RowSplit::OpenLoop(KernelSource& out, int stats) {
     if (how_ == Splitting::kOneLaunch) {
       w_.Line("__shared__ bool lf_last;");
     }
-    w_.Open("for (" + idx_ + " lf_item = " + dialect_.block_index + "; lf_item < " +
-            std::to_string(items) + "; lf_item += " + dialect_.grid_size + ")");
-    w_.Line("const " + idx_ + " row = lf_item / " + std::to_string(chunks_) + ";");
-    chunk = "lf_item % " + std::to_string(chunks_);
+    w_.Open("for (" + idx_ + " lf_item = " + dialect_.block_index + "; lf_item < " + Count(items) +
+            "; lf_item += " + dialect_.grid_size + ")");
+    w_.Line("const " + idx_ + " row = lf_item / " + Count(chunks_) + ";");
+    chunk = "lf_item % " + Count(chunks_);
   } else {
     out.block_size = kThreadBlockSize;
     w_.Open("for (" + idx_ + " lf_item = (" + idx_ + ")" + dialect_.block_index + " * " +
-            dialect_.block_size + " + " + dialect_.thread_index + "; lf_item < " +
-            std::to_string(items) + "; lf_item += (" + idx_ + ")" + dialect_.grid_size + " * " +
-            dialect_.block_size + ")");
+            dialect_.block_size + " + " + dialect_.thread_index + "; lf_item < " + Count(items) +
+            "; lf_item += (" + idx_ + ")" + dialect_.grid_size + " * " + dialect_.block_size + ")");
     w_.Line("const " + idx_ + " row = lf_item % " + std::to_string(rows_) + ";");
     chunk = "lf_item / " + std::to_string(rows_);
   }
-  const std::string size = std::to_string(chunk_cols_);
+  const std::string size = Count(chunk_cols_);
   if (two_launches()) {
     w_.Line("const " + idx_ + " lf_chunk = " + chunk + ";");
     chunk = "lf_chunk";
@@ -131,7 +138,7 @@ void RowSplit::Combine(const std::string& acc,
             ", lf_counters + row) == " + last + ";");
     w_.Open("if (lf_last)");
     w_.Line(acc + " = " + init + ";");
-    w_.Open("for (" + idx_ + " k = 0; k < " + std::to_string(chunks_) + "; ++k)");
+    w_.Open("for (" + idx_ + " k = 0; k < " + Count(chunks_) + "; ++k)");
     w_.Line(acc + " = " + update(acc, partial) + ";");
     w_.Close();
     return;
@@ -143,7 +150,7 @@ void RowSplit::Combine(const std::string& acc,
   w_.Line(std::string(dialect_.barrier) + ";");
   w_.Open("if (lf_last)");
   w_.Line(acc + " = " + init + ";");
-  w_.Open("for (" + idx_ + " k = " + dialect_.thread_index + "; k < " + std::to_string(chunks_) +
+  w_.Open("for (" + idx_ + " k = " + dialect_.thread_index + "; k < " + Count(chunks_) +
           "; k += " + kBlockThreadsName + ")");
   w_.Line(acc + " = " + update(acc, partial) + ";");
   w_.Close();
@@ -168,7 +175,7 @@ void RowSplit::OpenFirstLaunch() {
 
 // Partial j of chunk `chunk`: each statistic's partials are contiguous.
 std::string RowSplit::StatPartial(size_t j, const std::string& chunk) const {
-  const std::string base = j == 0 ? "" : std::to_string(j * rows_ * chunks_) + " + ";
+  const std::string base = j == 0 ? "" : Count(j * rows_ * chunks_) + " + ";
   return "lf_partials[" + base + chunk + "]";
 }
 
@@ -195,10 +202,10 @@ void RowSplit::MergePartials(const std::vector<std::string>& stats, const std::s
     return;
   }
   if (per_block_) {
-    w_.Open("for (" + idx_ + " k = " + dialect_.thread_index + "; k < " + std::to_string(chunks_) +
+    w_.Open("for (" + idx_ + " k = " + dialect_.thread_index + "; k < " + Count(chunks_) +
             "; k += " + kBlockThreadsName + ")");
   } else {
-    w_.Open("for (" + idx_ + " k = 0; k < " + std::to_string(chunks_) + "; ++k)");
+    w_.Open("for (" + idx_ + " k = 0; k < " + Count(chunks_) + "; ++k)");
   }
   std::string call = merge + "(";
   for (const std::string& stat : stats) {

@@ -51,6 +51,9 @@ class RowSplit {
            Splitting how,
            int block_threads);
 
+  int64_t chunks() const {
+    return chunks_;
+  }
   bool active() const {
     return chunks_ > 1;
   }
@@ -82,6 +85,7 @@ class RowSplit {
   void MergePartials(const std::vector<std::string>& stats, const std::string& merge);
 
  private:
+  std::string Count(int64_t value) const;
   std::string PartialIndex(const std::string& chunk) const;
   std::string StatPartial(size_t j, const std::string& chunk) const;
 

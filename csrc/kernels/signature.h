@@ -39,6 +39,26 @@ struct KernelSignature {
   }
 };
 
+// How a reduction lays out its rows, as its renderer decided (a render at
+// other sizes may decide otherwise, and so render another skeleton). A
+// render may be asked to prefer a strategy already compiled for its
+// structure (kernels/row_strategy.h), so that its template serves it.
+struct RowStrategy {
+  bool known = false;  // a reduction rendered it
+  bool block = false;  // a block per row (else a thread, or a serial block)
+  int threads = 0;     // a block-per-row kernel's block size
+  int vector_width = 1;
+  bool split = false;  // rows split into chunks (kernels/row_split.h)
+
+  bool operator==(const RowStrategy& other) const {
+    return known == other.known && block == other.block && threads == other.threads &&
+           vector_width == other.vector_width && split == other.split;
+  }
+  bool operator!=(const RowStrategy& other) const {
+    return !(*this == other);
+  }
+};
+
 enum class LaunchShape {
   kElementwise,   // grid-stride over `work_items` elements (vectors when vector_width > 1)
   kBlockPerRow,   // one block per reduced row (or chunk), exactly `block_size` threads
@@ -67,6 +87,7 @@ struct KernelSource {
   // The C type of each kernel parameter, in order, for launchers that call
   // the kernel as a host function.
   std::vector<std::string> parameter_types;
+  RowStrategy strategy;  // reductions only
 };
 
 }  // namespace lazyfuse

@@ -207,8 +207,12 @@ bool FusedKernel::HasVariant(const KernelSignature& signature) const {
 }
 
 KernelChoice FusedKernel::Choose(const KernelSignature& signature) const {
-  return ChooseKernel(GenerateKernel(*program_, group_, signature, target_->dialect()),
-                      program_.get());
+  const KernelDialect& dialect = target_->dialect();
+  return ChooseKernel(GenerateKernel(*program_, group_, signature, dialect),
+                      program_.get(),
+                      [&](const RowStrategy& prefer) {
+                        return GenerateKernel(*program_, group_, signature, dialect, &prefer);
+                      });
 }
 
 void FusedKernel::AddVariant(const KernelSignature& signature, KernelChoice choice) {

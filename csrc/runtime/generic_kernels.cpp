@@ -123,8 +123,8 @@ bool IsInteger(LiteralType type) {
 // templates only widen. The rest stay constants: a size that never varied
 // (a model's width) divides as fast as in a specialized kernel, where a
 // divisor passed as an argument costs an integer division per element.
-// Unsigned literals are counts (a split row's chunks less one) and always
-// vary. With nothing to compare against (`guess`: LAZYFUSE_DYNAMIC=1, or a
+// Unsigned literals are counts (a split row's chunks, row_split.cpp) and
+// always vary. With nothing to compare against (`guess`: LAZYFUSE_DYNAMIC=1, or a
 // new structure of a kernel already generic), every integer but 0 and 1
 // varies.
 std::vector<bool> GenericMask(const Skeleton& skeleton,
@@ -140,7 +140,7 @@ std::vector<bool> GenericMask(const Skeleton& skeleton,
       mask[k] = mask[k] || other->generic[k];
     }
     const LiteralType type = shape.literals[k].type;
-    mask[k] = mask[k] || type == LiteralType::kUnsigned ||
+    mask[k] = mask[k] || type == LiteralType::kUnsigned || type == LiteralType::kUnsignedLongLong ||
               (guess && IsInteger(type) && std::strtoll(texts[k].c_str(), nullptr, 10) > 1);
   }
   return mask;
@@ -197,6 +197,56 @@ void UseTemplate(KernelChoice& choice,
   TORCH_LAZY_COUNTER("LazyFuseGenericRenders", 1);
 }
 
+// Serves `choice` from a template of another strategy of the same kernel:
+// its render preferring that strategy must take it all and match the
+// template's skeleton, and the template must take its literals as they are.
+bool ServeByAnotherStrategy(KernelChoice& choice, const RenderPreferring& rerender) {
+  const RowStrategy& own = choice.rendered.strategy;
+  if (!rerender || !own.known) {
+    return false;
+  }
+  std::vector<RowStrategy> tried;
+  for (auto& [key, skeleton] : g_skeletons) {
+    for (const auto& candidate : skeleton.templates) {
+      const RowStrategy& theirs = candidate->source.strategy;
+      if (candidate->record.failed || candidate->source.name != choice.rendered.name ||
+          !theirs.known || theirs == own ||
+          std::find(tried.begin(), tried.end(), theirs) != tried.end()) {
+        continue;
+      }
+      tried.push_back(theirs);
+      KernelSource again = rerender(theirs);
+      if (again.strategy != theirs) {
+        continue;
+      }
+      const SourceShape shape = ScanLiterals(again.source, again.name);
+      if (shape.skeleton != key) {
+        continue;
+      }
+      std::vector<std::string> texts;
+      for (const SourceLiteral& literal : shape.literals) {
+        texts.push_back(literal.text);
+      }
+      for (const auto& serving : skeleton.templates) {
+        if (!serving->record.failed && serving->Serves(texts)) {
+          choice.rendered = again;
+          choice.source = std::move(again);
+          choice.key = key;
+          choice.texts = std::move(texts);
+          UseTemplate(choice, serving, shape);
+          TORCH_LAZY_COUNTER("LazyFuseGenericOtherStrategy", 1);
+          if (DebugLevel() >= 2) {
+            std::cerr << "lazyfuse: kernel " << choice.rendered.name
+                      << " runs the template of another strategy of its structure\n";
+          }
+          return true;
+        }
+      }
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 DynamicKernels GetDynamicKernels() {
@@ -212,20 +262,23 @@ void SetDynamicKernels(DynamicKernels mode) {
   g_mode = static_cast<int>(mode);
 }
 
-KernelChoice ChooseKernel(KernelSource rendered, const void* program) {
+namespace {
+
+// ChooseKernel, under g_mutex. `generic`: `rendered` is a render preferring
+// another strategy, made to be a template.
+KernelChoice ChooseUnderLock(KernelSource rendered,
+                             const void* program,
+                             const RenderPreferring& rerender,
+                             DynamicKernels mode,
+                             bool generic) {
   KernelChoice choice;
   choice.source = rendered;
   choice.rendered = std::move(rendered);
-  const DynamicKernels mode = GetDynamicKernels();
-  if (mode == DynamicKernels::kOff) {
-    return choice;
-  }
   const SourceShape shape = ScanLiterals(choice.rendered.source, choice.rendered.name);
   std::vector<std::string> texts;
   for (const SourceLiteral& literal : shape.literals) {
     texts.push_back(literal.text);
   }
-  std::lock_guard<std::mutex> lock(g_mutex);
   if (g_skeletons.size() >= kMostSkeletons && g_skeletons.count(shape.skeleton) == 0) {
     // Bounded: every structure starts over (binaries stay with their graphs).
     g_skeletons.clear();
@@ -262,14 +315,30 @@ KernelChoice ChooseKernel(KernelSource rendered, const void* program) {
       return choice;
     }
   }
-  if (!skeleton.generic_from_start &&
+  if (!skeleton.generic_from_start && !generic &&
       (texts == skeleton.first_texts || program == skeleton.first_program)) {
     SayCompiled(choice.rendered,
                 first_render ? "its first render" : "a new shape in the graph of its first render");
     return choice;
   }
+  if (ServeByAnotherStrategy(choice, rerender)) {
+    return choice;
+  }
+  // Rows short enough for a thread each (under 32 columns) take a block each
+  // in a template: one block-per-row template then serves rows of every
+  // length, where a thread-per-row one would be slow past a few dozen.
+  const RowStrategy& own = choice.rendered.strategy;
+  if (rerender && own.known && !own.block) {
+    KernelSource again = rerender(RowStrategy{true, true, 32, 1, own.split});
+    if (again.strategy.block) {
+      return ChooseUnderLock(std::move(again), program, {}, mode, /*generic=*/true);
+    }
+  }
   std::vector<bool> mask =
-      GenericMask(skeleton, shape, texts, skeleton.generic_from_start && skeleton.seen.size() == 1);
+      GenericMask(skeleton,
+                  shape,
+                  texts,
+                  (skeleton.generic_from_start || generic) && skeleton.seen.size() == 1);
   if (std::find(mask.begin(), mask.end(), true) == mask.end()) {
     SayCompiled(choice.rendered, "no literal to vary");
     return choice;
@@ -292,6 +361,22 @@ KernelChoice ChooseKernel(KernelSource rendered, const void* program) {
                         std::to_string(made.literals) + " literals as parameters, for " + why);
   UseTemplate(choice, skeleton.templates.back(), shape);
   return choice;
+}
+
+}  // namespace
+
+KernelChoice ChooseKernel(KernelSource rendered,
+                          const void* program,
+                          const RenderPreferring& rerender) {
+  const DynamicKernels mode = GetDynamicKernels();
+  if (mode == DynamicKernels::kOff) {
+    KernelChoice choice;
+    choice.source = rendered;
+    choice.rendered = std::move(rendered);
+    return choice;
+  }
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return ChooseUnderLock(std::move(rendered), program, rerender, mode, /*generic=*/false);
 }
 
 KernelSource GuessedTemplate(const KernelSource& rendered) {

@@ -10,6 +10,8 @@
 //   agree launches it with its own values, compiling nothing;
 // - a render whose fixed parts differ (another vector width, index width or
 //   reduction strategy) has another skeleton: a few templates per structure.
+//   A reduction takes the strategy of one of them instead, where that is
+//   valid and cheap at its sizes (kernels/row_strategy.h).
 //   A new skeleton of a kernel seen in an earlier graph starts generic, its
 //   integers (but 0 and 1) guessed to vary.
 // Renders loaded, specialized or generic, are served from here while some
@@ -17,6 +19,7 @@
 // compiles nothing; once none does, the binary unloads, and its next use
 // loads it again.
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -51,9 +54,17 @@ struct KernelChoice {
   void Loaded(std::shared_ptr<LoadedKernel> binary);
 };
 
+// Renders the same kernel again, preferring a strategy (kernels/row_strategy.h).
+using RenderPreferring = std::function<KernelSource(const RowStrategy&)>;
+
 // The choice for `rendered`, one of the kernels of the graph `program`
-// (identity only).
-KernelChoice ChooseKernel(KernelSource rendered, const void* program);
+// (identity only). A reduction whose strategy is new for its structure is
+// rendered again with `rerender`, preferring each strategy the structure
+// has a template of, and runs on the first such template that serves it:
+// its sizes then compile nothing.
+KernelChoice ChooseKernel(KernelSource rendered,
+                          const void* program,
+                          const RenderPreferring& rerender = {});
 
 // The template LAZYFUSE_DYNAMIC=1 makes from `rendered` at its first render
 // (every integer but 0 and 1 a parameter), for compiling ahead of time.
