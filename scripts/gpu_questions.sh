@@ -10,11 +10,14 @@
 # 3. the replayed Transformer's host loop against its whole step and its
 #    kernels, in five processes (bench/gpu_replay_host.py): round 6 read a
 #    host-bound step whose host speed differed 1.8x between processes.
+# 4. a reduction on another strategy's template against the kernel its rows
+#    call for (bench/strategy_reuse.py), never timed on a GPU: the target is
+#    within 5%.
 #
 #   GPU_CHECK_PREBUILT=1 bash scripts/gpu_questions.sh   # _C carried, as for gpu_check.sh
 #
 # Output goes to $OUT (default ./gpu_out): ncu_2p28.txt, replay_spread.txt,
-# replay_host.txt.
+# replay_host.txt, strategy_reuse.txt.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 OUT=${OUT:-$PWD/gpu_out}
@@ -57,7 +60,12 @@ for round in 1 2 3 4 5; do
     2>&1 | grep -E '^\{' | sed "s/^/process $round: /"
 done >"$OUT/replay_host.txt" 2>&1
 
+for rows_log2 in 16 20 24; do
+  timeout 90 "$PYTHON" bench/strategy_reuse.py --rows-log2 "$rows_log2" --out "/tmp/gq_reuse_$rows_log2" 2>&1
+done >"$OUT/strategy_reuse.txt" 2>&1
+
 grep -E "^== |Duration|DRAM Throughput|Compute \(SM\)|inst_executed|Grid Size|Block Size" \
   "$OUT/ncu_2p28.txt"
 cat "$OUT/replay_spread.txt"
 cat "$OUT/replay_host.txt"
+cat "$OUT/strategy_reuse.txt"

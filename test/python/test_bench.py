@@ -172,3 +172,14 @@ def test_alternating_smoke_times_both_engines_on_every_model(tmp_path: Path) -> 
     for figures in report.values():
         assert figures["eager_us"] > 0 and figures["lazyfuse_us"] > 0
         assert figures["lazyfuse_speed_vs_eager"] > 0 and figures["lazyfuse_execute_us"] > 0
+
+
+def test_strategy_reuse_smoke_times_both_kernels_and_sees_another_strategy(
+    tmp_path: Path,
+) -> None:
+    rows = smoke_report("strategy_reuse", tmp_path)
+    assert {r["workload"] for r in rows} == {"softmax", "layer_norm", "sum"}
+    assert all(r["own_us"] > 0 and r["template_us"] > 0 for r in rows)
+    # Rows of 64 call for blocks of 64 threads (emulated blocks of up to
+    # 256): they run the 32-thread template that rows of 17 and 18 made.
+    assert all(r["another_strategy"] for r in rows if r["length"] == 64), rows
