@@ -161,6 +161,29 @@ def test_a_new_row_length_runs_a_template_of_another_strategy(
     assert sum(built[2:]) == 0, built
 
 
+def test_random_row_lengths_keep_eager_values_across_strategies(kernels: str) -> None:
+    """A seeded hunt: each reduction through random row lengths, so that its
+    renders ask for, and get, other strategies' templates in every order."""
+    if kernels == "cpu":
+        pytest.skip("CPU kernels have one row strategy: a serial loop per row")
+    rng = random.Random(7)
+    device = lazyfuse.lazy_device()
+    lengths = [1, 2, 5, 16, 17, 31, 32, 33, 40, 63, 64, 65, 96, 127, 128, 200, 257, 1025]
+    served_before = lazyfuse.metrics.counter_value("LazyFuseGenericOtherStrategy")
+    with lazyfuse.config.kernel_settings_as(emulated_block=256):
+        for name, fn in ROW_REDUCTIONS.items():
+            dtype = rng.choice([torch.float32, torch.float64, torch.bfloat16])
+            rows = rng.choice([3, 16, 64])  # few rows split, many do not
+            middle = "dim 1" in name  # (8, length, 128): keep it small for the emulator
+            for length in rng.sample([n for n in lengths if n <= 257 or not middle], 4):
+                shape = (8 * length, 128) if middle else (rows, length)
+                x = torch.randn(shape, dtype=dtype)
+                got = fn(x.to(device)).cpu()
+                tol = 2e-2 if dtype == torch.bfloat16 else 1e-4
+                torch.testing.assert_close(got, fn(x), rtol=tol, atol=tol, equal_nan=True)
+    assert lazyfuse.metrics.counter_value("LazyFuseGenericOtherStrategy") > served_before
+
+
 def test_a_row_far_longer_than_its_templates_builds_its_own_kernel(kernels: str) -> None:
     if kernels == "cpu":
         pytest.skip("CPU kernels have one row strategy: a serial loop per row")
