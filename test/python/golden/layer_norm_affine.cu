@@ -1,7 +1,7 @@
 extern "C" __global__ void lf_reduction_nativelayernorm(const float* __restrict__ in0, const float* __restrict__ in1, const float* __restrict__ in2, float* __restrict__ out0) {
   constexpr int lf_threads = 64;
   __shared__ double lf_smem[32];
-  __shared__ float lf_row[64];
+  __shared__ float lf_row[1024];
   for (int row = blockIdx.x; row < 4; row += gridDim.x) {
     const int x0 = (row);
     double a1 = 0;

@@ -1,7 +1,7 @@
 extern "C" __global__ void lf_reduction_softmax(const float* __restrict__ in0, float* __restrict__ out0) {
   constexpr int lf_threads = 64;
   __shared__ float lf_smem[32];
-  __shared__ float lf_row[256];
+  __shared__ float lf_row[1024];
   for (int row = blockIdx.x; row < 8; row += gridDim.x) {
     const int x0 = (row);
     float a1 = -LF_INF;

@@ -1,8 +1,8 @@
 extern "C" __global__ void lf_reduction_sum(const float* __restrict__ in0, float* __restrict__ out0, float* __restrict__ lf_partials, unsigned int* __restrict__ lf_counters) {
-  for (int lf_item = (int)blockIdx.x * blockDim.x + threadIdx.x; lf_item < 32; lf_item += (int)gridDim.x * blockDim.x) {
+  for (int lf_item = (int)blockIdx.x * blockDim.x + threadIdx.x; lf_item < (int)32u; lf_item += (int)gridDim.x * blockDim.x) {
     const int row = lf_item % 16;
-    const int lf_begin = (lf_item / 16) * 32;
-    const int lf_end = lf_begin + 32 < 64 ? lf_begin + 32 : 64;
+    const int lf_begin = (lf_item / 16) * (int)32u;
+    const int lf_end = lf_begin + (int)32u < 64 ? lf_begin + (int)32u : 64;
     const int x0 = (row);
     float a1 = 0;
     for (int c = lf_begin; c < lf_end; ++c) {
@@ -14,7 +14,7 @@ extern "C" __global__ void lf_reduction_sum(const float* __restrict__ in0, float
     const bool lf_last = lf_publish(lf_partials, lf_item, a1, lf_counters + row) == 1u;
     if (lf_last) {
       a1 = 0;
-      for (int k = 0; k < 2; ++k) {
+      for (int k = 0; k < (int)2u; ++k) {
         a1 = a1 + lf_ld_published(lf_partials, k * 16 + row);
       }
       const float r5 = (float)(a1);
