@@ -32,8 +32,6 @@
 namespace lazyfuse {
 namespace {
 
-// Static shared memory is at most 48 KiB a block; the row cache takes 32.
-constexpr int64_t kRowCacheBytes = 32 * 1024;
 // Shorter uncached rows keep their extra passes: cheap at that length, and
 // without the rounding one-pass statistics (online softmax, Welford) add.
 constexpr int64_t kOnePassMinColumns = 1024;
@@ -89,8 +87,9 @@ class ReductionKernel {
     if (split() && PrefersWholeRows(prefer, split_->chunks())) {
       split_.emplace(w_, dialect, idx_, stat_, rows_, cols_, block_, Splitting::kNever, 0);
     }
-    row_cache_ =
-        multi_pass && block_ && !split() && cols_ * (acc_ == "double" ? 8 : 4) <= kRowCacheBytes;
+    if (multi_pass && block_ && !split()) {
+      row_cache_ = PreferredRowArray(prefer, RowArrayLength(cols_, acc_ == "double" ? 8 : 4));
+    }
     if (block_ && inner_ && !split()) {
       vector_width_ =
           PreferredVectorWidth(prefer, RowVectorWidth(program, group, signature, cols_));
@@ -101,10 +100,11 @@ class ReductionKernel {
   std::string Body() {
     out_.launch = block_ ? LaunchShape::kBlockPerRow : LaunchShape::kThreadPerRow;
     out_.work_items = rows_;
+    // A thread past the row's end holds its accumulators' identities.
+    const bool idle_merge = !OnlineSoftmax() && !Welford();
     out_.block_size =
-        block_ ? RowBlockThreads(prefer_, rows_, cols_ / vector_width_, vector_width_, block_limit_)
+        block_ ? RowBlockThreads(prefer_, rows_, cols_, vector_width_, block_limit_, idle_merge)
                : 128;
-    block_threads_ = out_.block_size;
     if (vector_width_ > 1) {
       vector_.emplace(w_, group_, dialect_, idx_, cols_, vector_width_);
     }
@@ -112,11 +112,10 @@ class ReductionKernel {
       DeclareStatistics();
       split_->OpenLoop(out_, Welford() ? 3 : OnlineSoftmax() ? 2 : 1);
     } else if (block_) {
-      w_.Line(StrategyConstant(kBlockThreadsName, block_threads_));
+      w_.Line(StrategyConstant(kBlockThreadsName, out_.block_size));
       w_.Line("__shared__ " + stat_ + " lf_smem[32];");
-      if (row_cache_) {
-        const int64_t length = RowArrayLength(cols_, acc_ == "double" ? 8 : 4);
-        w_.Line("__shared__ " + acc_ + " lf_row[" + std::to_string(length) + "];");
+      if (row_cache_ > 0) {
+        w_.Line("__shared__ " + acc_ + " lf_row[" + std::to_string(row_cache_) + "];");
       } else {
         DeclareStatistics();
       }
@@ -131,7 +130,8 @@ class ReductionKernel {
       split_->CloseRow();
     }
     w_.Close();
-    out_.strategy = RowStrategy{true, block_, block_ ? out_.block_size : 0, vector_width_, split()};
+    out_.strategy =
+        RowStrategy{true, block_, block_ ? out_.block_size : 0, vector_width_, split(), row_cache_};
     return w_.text();
   }
 
@@ -210,7 +210,7 @@ class ReductionKernel {
       AccumulateInLanes(w_, lanes, acc, combine, Input(index));
     } else if (update) {
       std::string x = Input(index);
-      if (row_cache_ && !cache_filled_) {
+      if (row_cache_ > 0 && !cache_filled_) {
         // Each thread reads back only the columns it wrote: no barrier.
         w_.Line("lf_row[c] = " + x + ";");
         x = "lf_row[c]";
@@ -223,7 +223,7 @@ class ReductionKernel {
     CloseColumns();
     CloseSerialLanes(
         w_, lanes, acc, stat_, [&] { return Input(OpenColumns()); }, [&] { CloseColumns(); });
-    cache_filled_ = cache_filled_ || (row_cache_ && update);
+    cache_filled_ = cache_filled_ || (row_cache_ > 0 && update);
     if (block_ && combine != nullptr) {
       w_.Line(acc + " = lf_block_reduce(" + acc + ", " + combine + "(), lf_smem);");
     }
@@ -403,7 +403,7 @@ class ReductionKernel {
     // A serial row is in the CPU's cache for its next pass, where one pass
     // would pay an exponential or a division per element.
     return split_->two_launches() ||
-           (!row_cache_ && cols_ >= kOnePassMinColumns && !dialect_.serial_blocks);
+           (row_cache_ == 0 && cols_ >= kOnePassMinColumns && !dialect_.serial_blocks);
   }
   bool OnlineSoftmax() const {
     return OnePass() &&
@@ -472,10 +472,9 @@ class ReductionKernel {
   bool inner_ = false;
   bool block_ = false;
   int block_limit_ = 1024;
-  int block_threads_ = 0;  // a block-per-row kernel's, a constant in its loops
   int vector_width_ = 1;
   std::optional<RowVectorLoop> vector_;
-  bool row_cache_ = false;      // the row is kept in shared memory lf_row
+  int64_t row_cache_ = 0;       // lf_row's elements: the row kept in shared memory (0: not)
   bool cache_filled_ = false;   // a loop has filled lf_row
   bool keep_exp_ = false;       // a softmax row's exponentials are in lf_e
   std::string element_linear_;  // the current loop's element index

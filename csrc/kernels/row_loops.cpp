@@ -29,6 +29,8 @@ constexpr int kFewestThreadsThatFillAnSm = 64;
 // A block-per-row kernel runs at most 32 blocks an SM, and an A100's SM
 // holds 164 KiB of shared memory: 4 KiB a block never limits occupancy.
 constexpr int64_t kFewestRowArrayBytes = 4096;
+// Static shared memory is at most 48 KiB a block; the row cache takes 32.
+constexpr int64_t kRowCacheBytes = 32 * 1024;
 }  // namespace
 
 int RowBlockThreads(int64_t rows, int64_t vectors, int vector_width, int most) {
@@ -119,6 +121,9 @@ void AccumulateInLanes(KernelWriter& writer,
 }
 
 int64_t RowArrayLength(int64_t cols, int64_t element_bytes) {
+  if (cols * element_bytes > kRowCacheBytes) {
+    return 0;
+  }
   int64_t length = kFewestRowArrayBytes / element_bytes;
   while (length < cols) {
     length *= 2;

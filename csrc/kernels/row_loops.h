@@ -27,7 +27,8 @@ int RowBlockThreads(int64_t rows, int64_t vectors, int vector_width, int most);
 // The length an array holding a row of `cols` elements of `element_bytes`
 // is declared with: the next power of two, and at least 4 KiB, so rows of
 // nearby lengths, and all short ones, render the same array and share a
-// shape-generic kernel (array sizes stay constants in it).
+// shape-generic kernel (array sizes stay constants in it). 0: rows longer
+// than 32 KiB, which no row cache holds.
 int64_t RowArrayLength(int64_t cols, int64_t element_bytes);
 
 // Opens the loop over this block's (or thread's) rows, as `row`.

@@ -16,6 +16,10 @@ constexpr int64_t kMostChunksKeptWhole = 4;
 // Fewer threads per block run more loop iterations each: taken down to a
 // quarter of the natural count.
 constexpr int kMostThreadsFactor = 4;
+// A row cache longer than the row serves it as well, but a block's shared
+// memory bounds the blocks an SM runs: taken up to this many times the
+// row's own bucket.
+constexpr int64_t kMostRowArrayFactor = 4;
 
 bool Preferring(const RowStrategy* prefer) {
   return prefer != nullptr && prefer->known;
@@ -46,13 +50,30 @@ int PreferredVectorWidth(const RowStrategy* prefer, int widest) {
   return widest;
 }
 
-int RowBlockThreads(
-    const RowStrategy* prefer, int64_t rows, int64_t vectors, int vector_width, int most) {
+int64_t PreferredRowArray(const RowStrategy* prefer, int64_t natural) {
+  if (natural > 0 && Preferring(prefer) && prefer->block && prefer->row_array >= natural &&
+      prefer->row_array <= natural * kMostRowArrayFactor) {
+    return prefer->row_array;
+  }
+  return natural;
+}
+
+int RowBlockThreads(const RowStrategy* prefer,
+                    int64_t rows,
+                    int64_t cols,
+                    int vector_width,
+                    int most,
+                    bool idle_threads_merge) {
+  const int64_t vectors = cols / vector_width;
   const int natural = RowBlockThreads(rows, vectors, vector_width, most);
-  // Every thread must load at least one vector: an idle thread's identity
-  // does not merge into every statistic (online softmax's max of -inf).
+  // Under one-pass statistics every thread must load at least one vector: an
+  // idle thread's identity does not merge there (online softmax's max of
+  // -inf). Elsewhere it does, as in rows shorter than a block; a GPU's
+  // 1024-thread limit gives long rows templates of more threads than a
+  // shorter row has vectors (the loss's mean of a Transformer at length 8).
   if (Preferring(prefer) && prefer->block && prefer->threads >= 32 && prefer->threads <= most &&
-      prefer->threads <= vectors && prefer->threads * kMostThreadsFactor >= natural &&
+      (idle_threads_merge || prefer->threads <= vectors) &&
+      prefer->threads * kMostThreadsFactor >= natural &&
       natural * kMostThreadsFactor >= prefer->threads) {
     return prefer->threads;
   }

@@ -22,10 +22,19 @@ bool BlockPerRow(const RowStrategy* prefer, int64_t cols);
 bool PrefersWholeRows(const RowStrategy* prefer, int64_t chunks);
 // The vector width of a block-per-row kernel that allows `widest`.
 int PreferredVectorWidth(const RowStrategy* prefer, int widest);
-// The threads of a block-per-row kernel whose rows hold `vectors` loads of
-// `vector_width` and whose target allows `most` threads (row_loops.h's
-// RowBlockThreads for the sizes' own).
-int RowBlockThreads(
-    const RowStrategy* prefer, int64_t rows, int64_t vectors, int vector_width, int most);
+// The elements of a row cache for rows that need `natural` (row_loops.h's
+// RowArrayLength; 0: none).
+int64_t PreferredRowArray(const RowStrategy* prefer, int64_t natural);
+// The threads of a block-per-row kernel whose rows of `cols` load
+// `vector_width` at a time and whose target allows `most` threads (row_loops.h's
+// RowBlockThreads for the sizes' own). `idle_threads_merge`: whether a thread
+// that loads nothing may take part, holding its accumulators' identities
+// (false under one-pass statistics).
+int RowBlockThreads(const RowStrategy* prefer,
+                    int64_t rows,
+                    int64_t cols,
+                    int vector_width,
+                    int most,
+                    bool idle_threads_merge);
 
 }  // namespace lazyfuse

@@ -48,11 +48,13 @@ struct RowStrategy {
   bool block = false;  // a block per row (else a thread, or a serial block)
   int threads = 0;     // a block-per-row kernel's block size
   int vector_width = 1;
-  bool split = false;  // rows split into chunks (kernels/row_split.h)
+  bool split = false;     // rows split into chunks (kernels/row_split.h)
+  int64_t row_array = 0;  // elements of a block's row cache (0: none)
 
   bool operator==(const RowStrategy& other) const {
     return known == other.known && block == other.block && threads == other.threads &&
-           vector_width == other.vector_width && split == other.split;
+           vector_width == other.vector_width && split == other.split &&
+           row_array == other.row_array;
   }
   bool operator!=(const RowStrategy& other) const {
     return !(*this == other);

@@ -165,6 +165,39 @@ def test_a_new_row_length_runs_a_template_of_another_strategy(
     assert sum(built[2:]) == 0, built
 
 
+FULL_REDUCTIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "mean of squares": lambda x: x.square().mean(),  # a Transformer's loss
+    "sum": lambda x: (x * 2).sum(),
+    "amin": lambda x: x.amin(),
+    "var": lambda x: x.var(),
+    "softmax": lambda x: torch.softmax(x.flatten(), 0),
+}
+
+
+@pytest.mark.parametrize("name", list(FULL_REDUCTIONS))
+def test_a_full_reduction_runs_its_template_under_a_gpus_block_limit(
+    kernels: str, name: str
+) -> None:
+    """A GPU takes blocks of up to 1024 threads, so a long row's template may
+    hold more threads than a shorter row has loads, and a larger row cache.
+    Those threads hold their accumulators' identities, and the cache holds the
+    row, so the template serves (on an H200, a Transformer's loss built a
+    kernel at length 8)."""
+    if kernels == "cpu":
+        pytest.skip("CPU kernels have one row strategy: a serial loop per row")
+    fn = FULL_REDUCTIONS[name]
+    device = lazyfuse.lazy_device()
+    built = []
+    with lazyfuse.config.kernel_settings_as(emulated_block=1024):
+        for length in [19, 28, 31, 25, 8]:  # rows of 1824, 2688, 2976, 2400, 768
+            x = torch.randn(3, length, 32)
+            before = kernels_built()
+            got = fn(x.to(device)).cpu()
+            built.append(kernels_built() - before)
+            torch.testing.assert_close(got, fn(x), rtol=1e-5, atol=1e-6)
+    assert sum(built[2:]) == 0, built
+
+
 def test_random_row_lengths_keep_eager_values_across_strategies(kernels: str) -> None:
     """A seeded hunt: each reduction through random row lengths, so that its
     renders ask for, and get, other strategies' templates in every order."""
