@@ -63,9 +63,8 @@ class ReductionKernel {
     block_ = inner_ && !dialect.serial_blocks && BlockPerRow(prefer, cols_);
     // Reductions that pass over a row more than once keep it in shared memory
     // when it fits, so global memory (and the prologue) is read once.
-    const bool multi_pass =
-        rule_.kind == ReductionKind::kVar || rule_.kind == ReductionKind::kLayerNorm ||
-        rule_.kind == ReductionKind::kSoftmax || rule_.kind == ReductionKind::kLogSoftmax;
+    multi_pass_ = rule_.kind == ReductionKind::kVar || rule_.kind == ReductionKind::kLayerNorm ||
+                  rule_.kind == ReductionKind::kSoftmax || rule_.kind == ReductionKind::kLogSoftmax;
     // sum(x, dtype=torch.float64) of a float tensor accumulates in double.
     const at::ScalarType in_dtype = program.buffers[step_.inputs[0]].dtype;
     const at::ScalarType out_dtype = program.buffers[step_.outputs[0]].dtype;
@@ -79,7 +78,7 @@ class ReductionKernel {
                             rule_.kind == ReductionKind::kMean ||
                             rule_.kind == ReductionKind::kMax || rule_.kind == ReductionKind::kMin;
     block_limit_ = signature.block_limit > 0 ? signature.block_limit : 1024;
-    const Splitting how = !multi_pass ? combinable ? Splitting::kOneLaunch : Splitting::kNever
+    const Splitting how = !multi_pass_ ? combinable ? Splitting::kOneLaunch : Splitting::kNever
                           : rule_.kind == ReductionKind::kVar ? Splitting::kTwoLaunchesRow
                                                               : Splitting::kTwoLaunches;
     split_.emplace(
@@ -87,7 +86,7 @@ class ReductionKernel {
     if (split() && PrefersWholeRows(prefer, split_->chunks())) {
       split_.emplace(w_, dialect, idx_, stat_, rows_, cols_, block_, Splitting::kNever, 0);
     }
-    if (multi_pass && block_ && !split()) {
+    if (multi_pass_ && block_ && !split()) {
       row_cache_ = PreferredRowArray(prefer, RowArrayLength(cols_, acc_ == "double" ? 8 : 4));
     }
     if (block_ && inner_ && !split()) {
@@ -100,11 +99,9 @@ class ReductionKernel {
   std::string Body() {
     out_.launch = block_ ? LaunchShape::kBlockPerRow : LaunchShape::kThreadPerRow;
     out_.work_items = rows_;
-    // A thread past the row's end holds its accumulators' identities.
-    const bool idle_merge = !OnlineSoftmax() && !Welford();
-    out_.block_size =
-        block_ ? RowBlockThreads(prefer_, rows_, cols_, vector_width_, block_limit_, idle_merge)
-               : 128;
+    const RowBlockNeeds needs{
+        rows_, cols_, vector_width_, block_limit_, multi_pass_, !OnlineSoftmax() && !Welford()};
+    out_.block_size = block_ ? RowBlockThreads(prefer_, needs) : 128;
     if (vector_width_ > 1) {
       vector_.emplace(w_, group_, dialect_, idx_, cols_, vector_width_);
     }
@@ -471,6 +468,7 @@ class ReductionKernel {
   int64_t cols_ = 0;
   bool inner_ = false;
   bool block_ = false;
+  bool multi_pass_ = false;  // the row is reduced more than once
   int block_limit_ = 1024;
   int vector_width_ = 1;
   std::optional<RowVectorLoop> vector_;

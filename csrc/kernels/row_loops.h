@@ -20,9 +20,21 @@ void SplitDims(const std::vector<int64_t>& domain,
                std::vector<int64_t>& kept,
                std::vector<int64_t>& reduced);
 
-// The threads of a block-per-row kernel whose rows have `vectors` loads of
-// a thread each: a power of two from 32 to `most`.
-int RowBlockThreads(int64_t rows, int64_t vectors, int vector_width, int most);
+// What a block-per-row kernel's rows ask of its block.
+struct RowBlockNeeds {
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int vector_width = 1;  // columns a load
+  int most = 1024;       // the target's most threads a block
+  // More than one block reduction a row (softmax, layer norm, var).
+  bool reduces_often = false;
+  // A thread that loads nothing may take part, holding its accumulators'
+  // identities (not under one-pass statistics).
+  bool idle_threads_merge = false;
+};
+
+// The threads of a block-per-row kernel: a power of two from 32 to `most`.
+int RowBlockThreads(const RowBlockNeeds& needs);
 
 // The length an array holding a row of `cols` elements of `element_bytes`
 // is declared with: the next power of two, and at least 4 KiB, so rows of

@@ -58,21 +58,16 @@ int64_t PreferredRowArray(const RowStrategy* prefer, int64_t natural) {
   return natural;
 }
 
-int RowBlockThreads(const RowStrategy* prefer,
-                    int64_t rows,
-                    int64_t cols,
-                    int vector_width,
-                    int most,
-                    bool idle_threads_merge) {
-  const int64_t vectors = cols / vector_width;
-  const int natural = RowBlockThreads(rows, vectors, vector_width, most);
+int RowBlockThreads(const RowStrategy* prefer, const RowBlockNeeds& needs) {
+  const int64_t vectors = needs.cols / needs.vector_width;
+  const int natural = RowBlockThreads(needs);
   // Under one-pass statistics every thread must load at least one vector: an
   // idle thread's identity does not merge there (online softmax's max of
   // -inf). Elsewhere it does, as in rows shorter than a block; a GPU's
   // 1024-thread limit gives long rows templates of more threads than a
   // shorter row has vectors (the loss's mean of a Transformer at length 8).
-  if (Preferring(prefer) && prefer->block && prefer->threads >= 32 && prefer->threads <= most &&
-      (idle_threads_merge || prefer->threads <= vectors) &&
+  if (Preferring(prefer) && prefer->block && prefer->threads >= 32 &&
+      prefer->threads <= needs.most && (needs.idle_threads_merge || prefer->threads <= vectors) &&
       prefer->threads * kMostThreadsFactor >= natural &&
       natural * kMostThreadsFactor >= prefer->threads) {
     return prefer->threads;

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "kernels/row_loops.h"
 #include "kernels/signature.h"
 
 namespace lazyfuse {
@@ -25,16 +26,8 @@ int PreferredVectorWidth(const RowStrategy* prefer, int widest);
 // The elements of a row cache for rows that need `natural` (row_loops.h's
 // RowArrayLength; 0: none).
 int64_t PreferredRowArray(const RowStrategy* prefer, int64_t natural);
-// The threads of a block-per-row kernel whose rows of `cols` load
-// `vector_width` at a time and whose target allows `most` threads (row_loops.h's
-// RowBlockThreads for the sizes' own). `idle_threads_merge`: whether a thread
-// that loads nothing may take part, holding its accumulators' identities
-// (false under one-pass statistics).
-int RowBlockThreads(const RowStrategy* prefer,
-                    int64_t rows,
-                    int64_t cols,
-                    int vector_width,
-                    int most,
-                    bool idle_threads_merge);
+// The threads of a block-per-row kernel (row_loops.h's RowBlockThreads for
+// the sizes' own).
+int RowBlockThreads(const RowStrategy* prefer, const RowBlockNeeds& needs);
 
 }  // namespace lazyfuse
