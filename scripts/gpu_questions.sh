@@ -11,8 +11,9 @@
 #    kernels, in five processes (bench/gpu_replay_host.py): round 6 read a
 #    host-bound step whose host speed differed 1.8x between processes.
 # 4. a reduction on another strategy's template against the kernel its rows
-#    call for (bench/strategy_reuse.py), never timed on a GPU: the target is
-#    within 5%.
+#    call for (bench/strategy_reuse.py; kernel time in its last columns):
+#    round 7 read 0.66-1.28x before 078e716 gave multi-pass rows one-warp
+#    blocks, which no GPU has run. The target is within 5%.
 #
 #   GPU_CHECK_PREBUILT=1 bash scripts/gpu_questions.sh   # _C carried, as for gpu_check.sh
 #
