@@ -120,6 +120,24 @@ def test_generic_kernels_at_awkward_sizes(
     assert generic_renders() > 0
 
 
+def builds_per_input(
+    fn: Callable[[torch.Tensor], torch.Tensor],
+    inputs: list[torch.Tensor],
+    emulated_block: int,
+    atol: float,
+) -> list[int]:
+    """Runs fn lazily on each input in turn, checked against eager; the
+    kernels each one built."""
+    built = []
+    with lazyfuse.config.kernel_settings_as(emulated_block=emulated_block):
+        for x in inputs:
+            before = kernels_built()
+            got = fn(x.to(lazyfuse.lazy_device())).cpu()
+            built.append(kernels_built() - before)
+            torch.testing.assert_close(got, fn(x), rtol=1e-5, atol=atol)
+    return built
+
+
 ROW_REDUCTIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "sum": lambda x: (x * 2).sum(-1),
     "amax": lambda x: (x + 1).amax(-1),
@@ -151,16 +169,8 @@ def test_a_new_row_length_runs_a_template_of_another_strategy(
 ) -> None:
     if kernels == "cpu":
         pytest.skip("CPU kernels have one row strategy: a serial loop per row")
-    fn = ROW_REDUCTIONS[name]
-    device = lazyfuse.lazy_device()
-    built = []
-    with lazyfuse.config.kernel_settings_as(emulated_block=256):
-        for length in lengths:
-            x = torch.randn(8 * length, 128 if "dim 1" in name else length)
-            before = kernels_built()
-            got = fn(x.to(device)).cpu()
-            built.append(kernels_built() - before)
-            torch.testing.assert_close(got, fn(x), rtol=1e-5, atol=1e-5)
+    inputs = [torch.randn(8 * n, 128 if "dim 1" in name else n) for n in lengths]
+    built = builds_per_input(ROW_REDUCTIONS[name], inputs, emulated_block=256, atol=1e-5)
     # The first two lengths build (or find in the kernel cache) their kernels.
     assert sum(built[2:]) == 0, built
 
@@ -185,16 +195,9 @@ def test_a_full_reduction_runs_its_template_under_a_gpus_block_limit(
     kernel at length 8)."""
     if kernels == "cpu":
         pytest.skip("CPU kernels have one row strategy: a serial loop per row")
-    fn = FULL_REDUCTIONS[name]
-    device = lazyfuse.lazy_device()
-    built = []
-    with lazyfuse.config.kernel_settings_as(emulated_block=1024):
-        for length in [19, 28, 31, 25, 8]:  # rows of 1824, 2688, 2976, 2400, 768
-            x = torch.randn(3, length, 32)
-            before = kernels_built()
-            got = fn(x.to(device)).cpu()
-            built.append(kernels_built() - before)
-            torch.testing.assert_close(got, fn(x), rtol=1e-5, atol=1e-6)
+    # Rows of 1824, 2688, 2976, 2400 and 768.
+    inputs = [torch.randn(3, n, 32) for n in [19, 28, 31, 25, 8]]
+    built = builds_per_input(FULL_REDUCTIONS[name], inputs, emulated_block=1024, atol=1e-6)
     assert sum(built[2:]) == 0, built
 
 
