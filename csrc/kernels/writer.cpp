@@ -199,7 +199,7 @@ std::string KernelWriter::Linear(KernelIndex& index) {
     index.linear = "0";
     return index.linear;
   }
-  const std::string key = "R" + sum;
+  const std::string key = "R" + std::to_string(index.space) + "|" + sum;
   std::string var = Lookup(key);
   if (var.empty()) {
     var = NewVar("l");
@@ -228,7 +228,7 @@ const std::vector<std::string>& KernelWriter::Dims(KernelIndex& index) {
     if (d > 0) {
       expr = "(" + expr + ") % " + std::to_string(index.shape[d]);
     }
-    const std::string key = "U" + expr;
+    const std::string key = "U" + std::to_string(index.space) + "|" + expr;
     std::string var = Lookup(key);
     if (var.empty()) {
       var = NewVar("x");
@@ -240,11 +240,12 @@ const std::vector<std::string>& KernelWriter::Dims(KernelIndex& index) {
   return index.dims;
 }
 
-KernelIndex KernelWriter::Broadcast(KernelIndex from, const std::vector<int64_t>& to_shape) {
+KernelIndex KernelWriter::Broadcast(KernelIndex from, BufferId to_buffer) {
+  const std::vector<int64_t>& to_shape = program_.buffers[to_buffer].sizes;
   if (from.shape == to_shape) {
     return from;
   }
-  KernelIndex to{to_shape, "", {}};
+  KernelIndex to{to_shape, "", {}, to_buffer};
   if (ShapeNumel(to_shape) == 1) {
     to.linear = "0";
     to.dims.assign(to_shape.size(), "0");
@@ -361,13 +362,13 @@ std::string KernelWriter::ViewValue(const Step& step, KernelIndex index) {
   const ViewRule rule = *ViewRuleFor(step, program_);
   const BufferId input = step.inputs[0];
   const std::vector<int64_t>& in_shape = program_.buffers[input].sizes;
-  KernelIndex mapped{in_shape, "", {}};
+  KernelIndex mapped{in_shape, "", {}, input};
   switch (rule.kind) {
     case ViewKind::kReshape:
       mapped.linear = Linear(index);
       break;
     case ViewKind::kBroadcast:
-      mapped = Broadcast(index, in_shape);
+      mapped = Broadcast(index, input);
       break;
     case ViewKind::kPermute: {
       const auto& dims = Dims(index);
@@ -402,8 +403,7 @@ std::string KernelWriter::Compute(const Step& step, BufferId id, KernelIndex ind
     const bool used = k < 10 && (rule->expr.find("$" + digit) != std::string::npos ||
                                  rule->expr.find("$r" + digit) != std::string::npos);
     const BufferId input = step.inputs[k];
-    std::string value =
-        used ? Value(input, Broadcast(index, program_.buffers[input].sizes)) : std::string();
+    std::string value = used ? Value(input, Broadcast(index, input)) : std::string();
     if (used && (k >= 32 || !(rule->kept & (1u << k)))) {
       value = AsCommonDtype(*rule, input, std::move(value));
     }
@@ -452,7 +452,7 @@ std::string KernelWriter::AsCommonDtype(const PointwiseRule& rule,
 
 void KernelWriter::ComputeOutput(size_t output_slot, const KernelIndex& domain_index) {
   const BufferId id = group_.outputs[output_slot];
-  Value(id, Broadcast(domain_index, program_.buffers[id].sizes));
+  Value(id, Broadcast(domain_index, id));
 }
 
 void KernelWriter::Store(size_t output_slot, const KernelIndex& domain_index) {
@@ -461,7 +461,7 @@ void KernelWriter::Store(size_t output_slot, const KernelIndex& domain_index) {
   KernelIndex domain = domain_index;
   const std::string name = "out" + std::to_string(output_slot);
   if (ShapeNumel(info.sizes) == ShapeNumel(domain.shape)) {
-    const std::string value = Value(id, Broadcast(domain, info.sizes));
+    const std::string value = Value(id, Broadcast(domain, id));
     if (!vector_linear_.empty() && domain.linear == vector_linear_) {
       vector_outputs_.insert(output_slot);
       Line("vo" + std::to_string(output_slot) + ".e[" + vector_lane_ +
@@ -490,7 +490,7 @@ void KernelWriter::Store(size_t output_slot, const KernelIndex& domain_index) {
       guard += (guard.empty() ? "" : " && ") + dims[d] + " == 0";
     }
   }
-  KernelIndex own = Broadcast(domain, info.sizes);
+  KernelIndex own = Broadcast(domain, id);
   const std::string value = Value(id, own);
   const std::string store =
       "lf_st(" + name + ", " + Linear(own) + ", " + StoreConversion(info.dtype, value) + ");";

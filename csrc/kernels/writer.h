@@ -20,12 +20,20 @@
 
 namespace lazyfuse {
 
+// An index's arithmetic is in the group's domain's shape (or a row's), or
+// in a buffer's (`space` is its id) once a view or a broadcast maps it there.
+inline constexpr int64_t kDomainSpace = -1;
+
 // An index into a buffer of `shape`: its row-major linear position, one
-// expression per dim, or both. The missing form is derived on demand.
+// expression per dim, or both. The missing form is derived on demand, and
+// shared only within one space: two buffers' shapes may print the same
+// arithmetic at one size (a sequence length equal to the head dim) and not
+// at another, which would change the kernel's skeleton with the size.
 struct KernelIndex {
   std::vector<int64_t> shape;
   std::string linear;
   std::vector<std::string> dims;
+  int64_t space = kDomainSpace;
 };
 
 std::vector<int64_t> ContiguousStrides(const std::vector<int64_t>& shape);
@@ -80,7 +88,9 @@ class KernelWriter {
 
   std::string Linear(KernelIndex& index);
   const std::vector<std::string>& Dims(KernelIndex& index);
-  KernelIndex Broadcast(KernelIndex from, const std::vector<int64_t>& to_shape);
+  // The index into buffer `to` of an element at `from`, whose shape `to`
+  // broadcasts to.
+  KernelIndex Broadcast(KernelIndex from, BufferId to);
 
   void Line(const std::string& text);
   void Open(const std::string& header);
