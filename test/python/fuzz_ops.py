@@ -191,9 +191,8 @@ def wide_slice(t: torch.Tensor, salt: int) -> torch.Tensor:
     [n, n, k] with n * n * k > 2^31 + 4096: never stored by a fused kernel.
     Off the lazy device, the same elements by index arithmetic, so eager
     never stores the 2^31 elements either. Booleans, so that an engine that
-    did store them would need 2 GiB, not 8. At most 64 values of t: the
-    product's base, [n, n, 1], is stored when a view of it outlives the step
-    (functionalization keeps a view chain's base)."""
+    did store them would need 2 GiB, not 8. At most 64 values of t, so
+    the product's base, [n, n, 1], stays small."""
     p = (t.reshape(-1) > 0)[:64]
     n = p.numel()
     if n == 0:
@@ -202,7 +201,9 @@ def wide_slice(t: torch.Tensor, salt: int) -> torch.Tensor:
     start = WIDE + 5 + salt * 7
     if t.device.type == "lazy":
         product = (p.reshape(n, 1, 1) * p.reshape(1, n, 1)).expand(n, n, k)
-        return product.reshape(-1)[start : start + 4096]
+        # A copy, not the slice itself: functionalization keeps every view in
+        # a live view's chain alive, so the step would store the flat reshape.
+        return product.reshape(-1)[start : start + 4096].clone()
     index = torch.arange(start, start + 4096, device=t.device)
     return p[index // (n * k)] * p[index // k % n]
 

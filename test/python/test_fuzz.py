@@ -14,6 +14,7 @@ import torch
 import lazyfuse
 from conftest import HOST_COMPILER, NO_FUSED_KERNELS, ON_CUDA
 from fuzz_fusion import Graph, check_graph, evaluate, reproduction, sin_of_large_rounded
+from fuzz_ops import wide_slice
 
 FUZZ_SEED = 20261124
 FUZZ_GRAPHS = 320
@@ -104,3 +105,17 @@ def test_largest_magnitudes_cover_every_dtype() -> None:
     inputs = {"v0": torch.tensor([0.25, -2.0, float("inf")]), "v1": torch.tensor([1, -7, 3])}
     evaluate(graph, inputs, None, largest)
     assert largest == {"v0": 2.0, "v1": 7.0, "v2": 1.0, "v3": pytest.approx(0.909, abs=1e-3)}
+
+
+@pytest.mark.skipif(not ON_CUDA and not HOST_COMPILER, reason=NO_FUSED_KERNELS)
+@pytest.mark.usefixtures("fused_kernels")
+def test_the_wide_slice_op_stores_only_its_slice() -> None:
+    # Its 2^31-element product once came back as a slice of a view chain,
+    # which functionalization keeps alive whole: each step then stored 4 GiB
+    # and its replay fuzz graph took minutes under emulation.
+    x = torch.tensor([[[1.0]], [[-2.0]]])
+    slice_ = wide_slice(x.to(lazyfuse.lazy_device()), 3)
+    with lazyfuse.metrics.track_memory() as reading:
+        lazyfuse.mark_step()
+    assert reading.peak_bytes < 2**20, reading.describe()
+    assert torch.equal(slice_.cpu(), wide_slice(x, 3))
