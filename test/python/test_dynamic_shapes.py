@@ -87,6 +87,35 @@ def test_transformer_trained_over_24_lengths_builds_no_kernel_after_the_second_l
     assert generic_renders() > 0
 
 
+def test_a_batch_of_one_builds_once_like_torch_compiles_size_one_rule(kernels: str) -> None:
+    # A dim of size 1 drops out of a kernel's index arithmetic and loops, so
+    # the first batch of one builds its own kernels, as torch.compile's
+    # automatic dynamic specializes sizes 0 and 1. A second batch of one, and
+    # every other batch size, builds nothing.
+    torch.manual_seed(0)
+    eager = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    lazy = copy.deepcopy(eager).to(lazyfuse.lazy_device())
+    eager_opt = torch.optim.SGD(eager.parameters(), lr=0.1, momentum=0.9)
+    lazy_opt = torch.optim.SGD(lazy.parameters(), lr=0.1, momentum=0.9)
+    built = {}
+    for step, batch in enumerate([64, 64, 48, 1, 7, 1, 3, 40]):
+        x, y = torch.randn(batch, 16), torch.randint(0, 4, (batch,))
+        before = kernels_built()
+        loss = F.cross_entropy(lazy(x.to(lazyfuse.lazy_device())), y.to(lazyfuse.lazy_device()))
+        loss.backward()
+        lazy_opt.step()
+        lazy_opt.zero_grad()
+        lazyfuse.mark_step()
+        built[(step, batch)] = kernels_built() - before
+        expected = F.cross_entropy(eager(x), y)
+        expected.backward()
+        eager_opt.step()
+        eager_opt.zero_grad()
+        torch.testing.assert_close(loss.cpu(), expected.detach(), rtol=1e-5, atol=1e-6)
+    later = {key: count for key, count in built.items() if key[0] >= 3 and key != (3, 1)}
+    assert not any(later.values()), str(built)
+
+
 def awkward(x: torch.Tensor, w: torch.Tensor) -> list[torch.Tensor]:
     y = torch.softmax(x * w + 1.0, dim=-1)
     z = F.layer_norm(x, x.shape[-1:]) * w
