@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 LENGTHS = [16, 17, 18, 24, 31, 40, 48, 57, 64, 96]
@@ -37,6 +38,11 @@ optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
 def built():
     counter = lazyfuse.metrics.counter_value
     return counter("LazyFuseKernelsCompiled") + counter("LazyFuseKernelsLoadedFromDisk")
+timers = dict(lazyfuse.metrics.PHASE_METRICS, **lazyfuse.metrics.NEW_GRAPH_METRICS)
+def phases():
+    return {{k: lazyfuse.metrics.timed_seconds(name) for k, name in timers.items()}}
+def spent(before, after):
+    return {{k: after[k] - before[k] for k in before}}
 def step(x, y):
     optimizer.zero_grad(set_to_none=True)
     F.cross_entropy(model(x), y).backward()
@@ -46,12 +52,13 @@ def step(x, y):
 rows = []
 for length in lengths:
     x, y = torch.randn(8, length, 128).to(device), torch.randint(0, 10, (8,)).to(device)
-    before, start = built(), time.perf_counter()
+    before, start, p0 = built(), time.perf_counter(), phases()
     step(x, y)
-    first = time.perf_counter() - start
+    first, p1 = time.perf_counter() - start, phases()
     start = time.perf_counter()
     step(x, y)  # the same shape again: its graph is cached
-    rows.append([length, first, built() - before, time.perf_counter() - start])
+    again = time.perf_counter() - start
+    rows.append([length, first, built() - before, again, spent(p0, p1), spent(p1, phases())])
 steady = None
 if repeats:
     start = time.perf_counter()
@@ -75,6 +82,34 @@ def run(target: str, dynamic: str, lengths: list[int], repeats: int) -> dict[str
     if done.returncode != 0:
         return {"error": done.stderr[-2000:]}
     return dict(json.loads(done.stdout.splitlines()[-1]))
+
+
+def overhead_table(steps: list[list[Any]]) -> list[str]:
+    """Where each new length's overhead (its step less the cached step) goes
+    under `auto`, ms: each column is a phase's time in the new length's step
+    less its time in the cached step. At the
+    first length the cached step makes the optimizer's state, so only later
+    lengths read cleanly. Kernel choice at launch is part of `execute`; the
+    batch (CPU kernels load a graph's kernels at once) comes before the run.
+    `other` is the rest: LTC's graph hashing and caching, and whatever else
+    the first run of a graph pays."""
+    lines = [
+        "Where a new length's overhead goes (auto), ms:",
+        "",
+        "| length | overhead | lowering | planning | rest of compile | kernel batch "
+        "| execute | of which kernel choice | other |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for length, first, _, again, spent_first, spent_again in steps:
+        ms = {k: 1e3 * (v - spent_again[k]) for k, v in spent_first.items()}
+        overhead = 1e3 * (first - again)
+        other = overhead - ms["lowering"] - ms["compile"] - ms["kernel_batch"] - ms["execute"]
+        lines.append(
+            f"| {length} | {overhead:.1f} | {ms['lowering']:.1f} | {ms['planning']:.1f} "
+            f"| {ms['compile'] - ms['planning']:.1f} | {ms['kernel_batch']:.1f} "
+            f"| {ms['execute']:.1f} | {ms['kernel_choice']:.1f} | {other:.1f} |"
+        )
+    return lines
 
 
 def main() -> int:
@@ -110,13 +145,14 @@ def main() -> int:
     ]
     auto_steps: list[list[float]] = runs["auto"]["steps"]  # type: ignore[assignment]
     per_shape_steps: list[list[float]] = runs["0"]["steps"]  # type: ignore[assignment]
-    for (length, t_auto, b_auto, again), (_, t_off, b_off, _) in zip(
+    for (length, t_auto, b_auto, again, *_), (_, t_off, b_off, *_) in zip(
         auto_steps, per_shape_steps, strict=True
     ):
         lines.append(
             f"| {length} | {t_auto * 1e3:.0f} ({b_auto}) | {(t_auto - again) * 1e3:.0f} "
             f"| {t_off * 1e3:.0f} ({b_off}) |"
         )
+    lines += ["", *overhead_table(auto_steps)]
     if steady:
         specialized = float(steady["0"]["steady"])  # type: ignore[arg-type]
         generic = float(steady["1"]["steady"])  # type: ignore[arg-type]

@@ -261,6 +261,8 @@ const FusedKernel::Variant& FusedKernel::VariantFor(const KernelSignature& signa
       return *variant;
     }
   }
+  // A kernel's first launch with these arguments: render, look up and load.
+  TORCH_LAZY_TIMED("LazyFuseKernelChoice");
   KernelChoice choice = Choose(signature);
   if (choice.generic != nullptr && choice.loaded == nullptr) {
     std::shared_ptr<LoadedKernel> binary;

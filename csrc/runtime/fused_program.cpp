@@ -17,6 +17,7 @@ namespace {
 void LoadInOneBatch(const std::vector<std::shared_ptr<FusedKernel>>& kernels,
                     KernelTarget& target,
                     const std::vector<at::Tensor>& parameters) {
+  TORCH_LAZY_TIMED("LazyFuseKernelBatch");
   struct Pending {
     std::shared_ptr<FusedKernel> owner;
     KernelSignature signature;

@@ -51,10 +51,25 @@ def steps_per_graph() -> list[float]:
 def phase_seconds() -> dict[str, float]:
     """Returns the seconds spent in each phase since the last reset:
     ``lowering``, ``planning``, ``nvrtc`` and ``execute``."""
-    return {
-        phase: float(_C._metric_summary(name).get("accumulator", 0.0)) / 1e9
-        for phase, name in PHASE_METRICS.items()
-    }
+    return {phase: timed_seconds(name) for phase, name in PHASE_METRICS.items()}
+
+
+# What a new graph costs past tracing, beside PHASE_METRICS: ``compile`` (its
+# Program's rewrites, the plan and the fused Program; planning included),
+# ``kernel_choice`` (a kernel's first launch with new arguments: render, look
+# up, load, any compile; inside ``execute``) and ``kernel_batch`` (the same
+# for a whole graph's kernels at once, before its run: CPU kernels).
+NEW_GRAPH_METRICS = {
+    "compile": "LazyFuseCompile",
+    "kernel_choice": "LazyFuseKernelChoice",
+    "kernel_batch": "LazyFuseKernelBatch",
+}
+
+
+def timed_seconds(name: str) -> float:
+    """Returns the seconds a timed metric (``PHASE_METRICS``,
+    ``NEW_GRAPH_METRICS``) has summed since the last reset."""
+    return float(_C._metric_summary(name).get("accumulator", 0.0)) / 1e9
 
 
 def fallback_counts() -> dict[str, int]:

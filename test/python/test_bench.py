@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+import lazyfuse
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -163,6 +165,11 @@ def test_new_shapes_smoke_builds_fewer_kernels_for_the_third_length(tmp_path: Pa
     # The third length's graph is new either way; only LAZYFUSE_DYNAMIC=0
     # builds its kernels again.
     assert auto[2][2] < per_shape[2][2]
+    # Each new length's step records its phases: compiling a graph (the
+    # timer around the plan) includes planning, and both ran.
+    phases = auto[2][4]
+    assert set(lazyfuse.metrics.NEW_GRAPH_METRICS) <= set(phases)
+    assert phases["compile"] >= phases["planning"] > 0 and phases["lowering"] > 0
     assert report["steady"]["0"]["steady"] > 0 and report["steady"]["1"]["steady"] > 0
 
 
