@@ -2,6 +2,7 @@
 
 #include <torch/csrc/lazy/core/internal_ops/ltc_ops.h>
 #include <torch/csrc/lazy/core/ir_builder.h>
+#include <torch/csrc/lazy/core/metrics.h>
 
 #include <atomic>
 #include <mutex>
@@ -16,16 +17,19 @@ namespace {
 
 std::atomic<uint64_t> g_step{1};
 
-// Every live DeviceData node, so that EndStep can release data no graph can
-// read. Nodes are built and freed on autograd's threads too.
-struct LiveNodes {
+// Every live DeviceData node that holds data, so that EndStep can release
+// data no graph can read. A node whose data was released leaves the set:
+// the TrieCache keeps such nodes for every shape ever traced, and a walk
+// over them all made each step's cost grow with the shapes seen. Nodes are
+// built and freed on autograd's threads too.
+struct NodesHoldingData {
   std::mutex mutex;
   std::unordered_set<DeviceData*> nodes;
 };
 
-LiveNodes& Live() {
-  static auto* live = new LiveNodes();  // leaked: nodes may die at exit
-  return *live;
+NodesHoldingData& Holding() {
+  static auto* holding = new NodesHoldingData();  // leaked: nodes may die at exit
+  return *holding;
 }
 
 }  // namespace
@@ -46,15 +50,15 @@ DeviceData::DeviceData(std::shared_ptr<torch::lazy::BackendData> data, bool wrap
       data_(std::move(data)),
       wrapped_number_(wrapped_number),
       last_used_step_(g_step.load(std::memory_order_relaxed)) {
-  LiveNodes& live = Live();
-  std::lock_guard<std::mutex> lock(live.mutex);
-  live.nodes.insert(this);
+  NodesHoldingData& holding = Holding();
+  std::lock_guard<std::mutex> lock(holding.mutex);
+  holding.nodes.insert(this);
 }
 
 DeviceData::~DeviceData() {
-  LiveNodes& live = Live();
-  std::lock_guard<std::mutex> lock(live.mutex);
-  live.nodes.erase(this);
+  NodesHoldingData& holding = Holding();
+  std::lock_guard<std::mutex> lock(holding.mutex);
+  holding.nodes.erase(this);
 }
 
 torch::lazy::NodePtr DeviceData::Create(const std::shared_ptr<torch::lazy::BackendData>& data) {
@@ -62,7 +66,10 @@ torch::lazy::NodePtr DeviceData::Create(const std::shared_ptr<torch::lazy::Backe
   // ReuseOrMakeNode may return a recycled node still holding older data.
   auto* device_data = static_cast<DeviceData*>(node.get());
   if (device_data->data_ != data) {
+    NodesHoldingData& holding = Holding();
+    std::lock_guard<std::mutex> lock(holding.mutex);
     device_data->data_ = data;
+    holding.nodes.insert(device_data);
   }
   device_data->MarkUsed();
   return node;
@@ -94,15 +101,20 @@ void DeviceData::EndStep(const std::vector<const torch::lazy::Node*>& held_by_te
       device_data->last_used_step_ = step;
     }
   }
-  LiveNodes& live = Live();
-  std::lock_guard<std::mutex> lock(live.mutex);
-  for (DeviceData* node : live.nodes) {
+  NodesHoldingData& holding = Holding();
+  std::lock_guard<std::mutex> lock(holding.mutex);
+  for (auto it = holding.nodes.begin(); it != holding.nodes.end();) {
+    DeviceData* node = *it;
     // Every live tensor was just synced, so a node no tensor holds is only
     // history in the TrieCache: no graph can read its data any more.
     if (node->last_used_step_ < step) {
       node->data_.reset();
+      it = holding.nodes.erase(it);
+    } else {
+      ++it;
     }
   }
+  TORCH_LAZY_VALUE_METRIC("LazyFuseDeviceDataHeld", holding.nodes.size());
 }
 
 std::string DeviceData::ToString() const {

@@ -86,3 +86,23 @@ def test_steady_training_step_builds_no_new_nodes(lazy: torch.device) -> None:
     # The first two steps differ (no momentum buffer yet); then nothing new.
     assert created[0] > 0
     assert created[3:] == [0, 0], created
+
+
+def test_device_data_held_stays_flat_across_many_shapes(lazy: torch.device) -> None:
+    # The TrieCache keeps a graph's nodes for every shape ever traced. Their
+    # data is released at the end of a step, and the step's walk covers only
+    # nodes that still hold data: once it covered every node ever made, so a
+    # step's cost grew with the number of shapes seen.
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2)).to(lazy)
+
+    def held_after_step(batch: int) -> int:
+        F.cross_entropy(model(torch.randn(batch, 8).to(lazy)), torch.zeros(batch).long().to(lazy))
+        lazyfuse.mark_step()
+        data = lazyfuse.metrics.metric_data("LazyFuseDeviceDataHeld")
+        assert data is not None
+        return int(data[2][-1][1])
+
+    early = [held_after_step(batch) for batch in range(2, 6)]
+    late = [held_after_step(batch) for batch in range(6, 46)]
+    assert max(late) <= max(early), (early, late)
