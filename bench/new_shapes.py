@@ -87,12 +87,12 @@ def run(target: str, dynamic: str, lengths: list[int], repeats: int) -> dict[str
 def overhead_table(steps: list[list[Any]]) -> list[str]:
     """Where each new length's overhead (its step less the cached step) goes
     under `auto`, ms: each column is a phase's time in the new length's step
-    less its time in the cached step. At the
-    first length the cached step makes the optimizer's state, so only later
-    lengths read cleanly. Kernel choice at launch is part of `execute`; the
-    batch (CPU kernels load a graph's kernels at once) comes before the run.
-    `other` is the rest: LTC's graph hashing and caching, and whatever else
-    the first run of a graph pays."""
+    less its time in the cached step. At the first length the cached step
+    makes the optimizer's state, so only later lengths read cleanly. Kernel
+    choice at launch is part of `execute`; the batch (CPU kernels load a
+    graph's kernels at once) comes before the run. `other` is outside every
+    timer: mostly the trace, which builds every IR node of a new length
+    again where the cached step reuses them (docs/performance.md)."""
     lines = [
         "Where a new length's overhead goes (auto), ms:",
         "",

@@ -254,12 +254,12 @@ class LazyFuseBackendImpl : public torch::lazy::BackendImplInterface {
 
   std::vector<torch::lazy::ComputationPtr> Compile(
       std::vector<torch::lazy::ComputationPtr> instances) const override {
-    // Only the CUDA backing device, or the CPU emulating it, turns fused
-    // groups into kernels; elsewhere lazyfuse.debug.fusion_plan() plans the
-    // last Program when asked.
     // A new graph's host cost past lowering: its Program's rewrites, the
     // plan and the fused Program (bench/new_shapes.py splits it out).
     TORCH_LAZY_TIMED("LazyFuseCompile");
+    // Only the CUDA backing device, or the CPU emulating it, turns fused
+    // groups into kernels; elsewhere lazyfuse.debug.fusion_plan() plans the
+    // last Program when asked.
     const bool fuse = FusedKernelsEnabled();
     for (auto& instance : instances) {
       const auto* computation = dynamic_cast<const LazyFuseComputation*>(instance.get());
