@@ -170,7 +170,9 @@ KernelSignature FusedKernel::Bind(const std::vector<at::Tensor>& inputs) const {
   return signature;
 }
 
-KernelSignature FusedKernel::Predict(const std::vector<at::Tensor>& parameters) const {
+KernelSignature FusedKernel::Predict(
+    const std::vector<at::Tensor>& parameters,
+    const std::unordered_map<BufferId, PredictedLayout>& views) const {
   KernelSignature signature;
   signature.block_limit = block_limit_;
   for (size_t k = 0; k < group_.inputs.size(); ++k) {
@@ -186,11 +188,16 @@ KernelSignature FusedKernel::Predict(const std::vector<at::Tensor>& parameters) 
       signature.inputs.push_back(BindInput(k, *known));
       continue;
     }
-    // An intermediate: a new contiguous tensor on the target's device.
+    // An intermediate: a view group's alias, or a new contiguous tensor on
+    // the target's device.
     const BufferInfo& info = program_->buffers[id];
     InputBinding binding;
+    const auto view = views.find(id);
     if (info.sizes.empty() && device_type_ == c10::kCPU) {
       binding.kind = InputBinding::Kind::kHostScalar;
+    } else if (view != views.end()) {
+      binding.strides = view->second.strides;
+      binding.aligned = view->second.aligned;
     } else {
       binding.strides = ContiguousStrides(info.sizes);
     }

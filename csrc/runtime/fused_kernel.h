@@ -13,12 +13,14 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <unordered_map>
 #include <vector>
 
 #include "fusion/planner.h"
 #include "kernels/codegen.h"
 #include "runtime/generic_kernels.h"
 #include "runtime/target.h"
+#include "runtime/view_group.h"
 
 namespace lazyfuse {
 
@@ -46,8 +48,10 @@ class FusedKernel {
   // The kernels rendered so far, one per signature seen.
   std::vector<KernelRecord> Records() const;
   // The signature a run with these program parameters most likely binds:
-  // parameters as they are, constants as literals, intermediates contiguous.
-  KernelSignature Predict(const std::vector<at::Tensor>& parameters) const;
+  // parameters as they are, constants as literals, view-group outputs as
+  // `views` lays them out, other intermediates contiguous.
+  KernelSignature Predict(const std::vector<at::Tensor>& parameters,
+                          const std::unordered_map<BufferId, PredictedLayout>& views) const;
   bool HasVariant(const KernelSignature& signature) const;
   // Renders the kernel for `signature` and chooses how it runs: as itself,
   // or through a shape-generic template (runtime/generic_kernels.h).

@@ -4,6 +4,7 @@
 
 #include <map>
 #include <mutex>
+#include <unordered_map>
 
 #include "runtime/view_group.h"
 
@@ -16,8 +17,16 @@ namespace {
 // launch, which reports its own failure.
 void LoadInOneBatch(const std::vector<std::shared_ptr<FusedKernel>>& kernels,
                     KernelTarget& target,
+                    const Program& program,
+                    const std::vector<FusionGroup>& view_groups,
                     const std::vector<at::Tensor>& parameters) {
   TORCH_LAZY_TIMED("LazyFuseKernelBatch");
+  std::unordered_map<BufferId, PredictedLayout> views;
+  try {
+    views = PredictedViewLayouts(program, view_groups, parameters);
+  } catch (const std::exception&) {
+    views.clear();  // views then read as contiguous: a miss compiles at launch
+  }
   struct Pending {
     std::shared_ptr<FusedKernel> owner;
     KernelSignature signature;
@@ -30,7 +39,7 @@ void LoadInOneBatch(const std::vector<std::shared_ptr<FusedKernel>>& kernels,
   std::map<const GenericTemplate*, size_t> template_source;
   for (const auto& kernel : kernels) {
     try {
-      KernelSignature signature = kernel->Predict(parameters);
+      KernelSignature signature = kernel->Predict(parameters, views);
       if (kernel->HasVariant(signature)) {
         continue;
       }
@@ -88,6 +97,7 @@ Program BuildFusedProgram(std::shared_ptr<const Program> program,
   out.constants = program->constants;
   out.results = program->results;
   out.derived_results = program->derived_results;
+  std::vector<FusionGroup> view_groups;
   for (const FusionGroup& group : plan.groups) {
     if (group.kind == GroupKind::kAten) {
       out.steps.push_back(program->steps[group.steps.front()]);
@@ -95,6 +105,7 @@ Program BuildFusedProgram(std::shared_ptr<const Program> program,
     }
     if (group.kind == GroupKind::kView) {
       out.steps.push_back(ViewGroupStep(*program, group));
+      view_groups.push_back(group);
       continue;
     }
     auto kernel = std::make_shared<FusedKernel>(program, group, target, strict);
@@ -144,8 +155,10 @@ Program BuildFusedProgram(std::shared_ptr<const Program> program,
   }
   if (target->batches() && !batch.empty()) {
     auto once = std::make_shared<std::once_flag>();
-    out.before_run = [batch, target, once](const std::vector<at::Tensor>& parameters) {
-      std::call_once(*once, [&] { LoadInOneBatch(batch, *target, parameters); });
+    out.before_run = [batch, target, once, program, view_groups = std::move(view_groups)](
+                         const std::vector<at::Tensor>& parameters) {
+      std::call_once(*once,
+                     [&] { LoadInOneBatch(batch, *target, *program, view_groups, parameters); });
     };
   }
   ComputeLifetimes(out);

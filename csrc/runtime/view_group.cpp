@@ -84,33 +84,55 @@ Step ViewGroupStep(const Program& program, const FusionGroup& group) {
   return out;
 }
 
-std::unordered_map<BufferId, std::vector<int64_t>> PredictedViewStrides(const Program& program,
-                                                                        const FusionPlan& plan) {
-  std::unordered_map<BufferId, at::Tensor> meta;
-  auto tensor_for = [&](BufferId id) {
-    auto it = meta.find(id);
-    if (it == meta.end()) {
-      const BufferInfo& info = program.buffers[id];
-      it = meta.emplace(id, at::empty(info.sizes, at::TensorOptions(info.dtype).device(at::kMeta)))
-               .first;
-    }
-    return it->second;
+std::unordered_map<BufferId, PredictedLayout> PredictedViewLayouts(
+    const Program& program,
+    const std::vector<FusionGroup>& groups,
+    const std::vector<at::Tensor>& parameters) {
+  // A meta tensor per buffer, with whether the memory it views starts
+  // aligned: an alias is aligned when that start is and its offset keeps it.
+  struct Meta {
+    at::Tensor tensor;
+    bool base_aligned = true;
   };
-  std::unordered_map<BufferId, std::vector<int64_t>> strides;
-  for (const FusionGroup& group : plan.groups) {
+  std::unordered_map<BufferId, Meta> meta;
+  auto meta_for = [&](BufferId id) -> const Meta& {
+    auto it = meta.find(id);
+    if (it != meta.end()) {
+      return it->second;
+    }
+    const BufferInfo& info = program.buffers[id];
+    const auto options = at::TensorOptions(info.dtype).device(at::kMeta);
+    Meta made{at::empty(info.sizes, options), true};
+    for (size_t p = 0; p < program.parameters.size() && p < parameters.size(); ++p) {
+      const at::Tensor& bound = parameters[p];
+      if (program.parameters[p] == id && bound.defined() && bound.dim() > 0) {
+        made.tensor = at::empty_strided(bound.sizes(), bound.strides(), options);
+        made.base_aligned = reinterpret_cast<uintptr_t>(bound.const_data_ptr()) % 16 == 0;
+      }
+    }
+    return meta.emplace(id, std::move(made)).first->second;
+  };
+  std::unordered_map<BufferId, PredictedLayout> layouts;
+  for (const FusionGroup& group : groups) {
     if (group.kind != GroupKind::kView) {
       continue;
     }
     for (size_t s : group.steps) {
       const Step& step = program.steps[s];
       const BufferId output = step.outputs[0];
-      const at::Tensor alias = AliasView(
-          tensor_for(step.inputs[0]), *ViewRuleFor(step, program), program.buffers[output].sizes);
-      meta[output] = alias;
-      strides[output] = alias.strides().vec();
+      const Meta input = meta_for(step.inputs[0]);
+      at::Tensor alias =
+          AliasView(input.tensor, *ViewRuleFor(step, program), program.buffers[output].sizes);
+      // A reshape no view can express copies into new, aligned memory.
+      const bool copied =
+          alias.storage().unsafeGetStorageImpl() != input.tensor.storage().unsafeGetStorageImpl();
+      const bool base_aligned = copied || input.base_aligned;
+      const bool aligned = base_aligned && alias.storage_offset() * alias.element_size() % 16 == 0;
+      layouts[output] = PredictedLayout{alias.strides().vec(), aligned};
+      meta[output] = Meta{std::move(alias), base_aligned};
     }
   }
-  return strides;
+  return layouts;
 }
 
 }  // namespace lazyfuse

@@ -24,10 +24,22 @@ at::Tensor AliasView(const at::Tensor& input,
 // as aliases.
 Step ViewGroupStep(const Program& program, const FusionGroup& group);
 
-// The strides each view-group output has when every buffer a view group
-// reads is contiguous: what a kernel reading that output will be bound to.
-// Worked out on meta tensors, for kernels compiled ahead of time.
-std::unordered_map<BufferId, std::vector<int64_t>> PredictedViewStrides(const Program& program,
-                                                                        const FusionPlan& plan);
+// How a kernel will find a view-group output bound: its strides, and
+// whether its data pointer is 16-byte aligned.
+struct PredictedLayout {
+  std::vector<int64_t> strides;
+  bool aligned = true;
+};
+
+// The layout of each output of the view groups among `groups`, for a run
+// that binds `parameters` (program parameters, in order; those left out are
+// taken contiguous and aligned) and makes every other buffer a view group
+// reads as a new contiguous tensor. Worked out on meta tensors, so that
+// kernels compiled ahead of their launch (a batch, or ahead of time) are
+// the ones the launch binds.
+std::unordered_map<BufferId, PredictedLayout> PredictedViewLayouts(
+    const Program& program,
+    const std::vector<FusionGroup>& groups,
+    const std::vector<at::Tensor>& parameters = {});
 
 }  // namespace lazyfuse

@@ -116,6 +116,53 @@ def test_a_batch_of_one_builds_once_like_torch_compiles_size_one_rule(kernels: s
     assert not any(later.values()), str(built)
 
 
+def kernels_chosen_at_launch() -> int:
+    """Kernels rendered and loaded at their launch: ones the graph's batch,
+    which builds its kernels side by side before the run, did not foresee."""
+    data = lazyfuse.metrics.metric_data("LazyFuseKernelChoice")
+    return 0 if data is None else data[0]
+
+
+def attention_step(x: torch.Tensor) -> list[torch.Tensor]:
+    # Multi-head attention splits its projection, a matmul, into q, k and v
+    # as views (unflatten, transpose, select): the kernels after it read
+    # strided, non-contiguous aliases of an intermediate.
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(x.shape[-1], 2, 48, dropout=0.0)
+    layer = layer.to(x.device)
+    out = layer(x)
+    out.square().mean().backward()
+    return [out, *(p.grad for p in layer.parameters())]
+
+
+def misaligned_views(x: torch.Tensor) -> list[torch.Tensor]:
+    # Views a matmul reads stay aliases, and a kernel reading the same view
+    # reads the alias: rows of a matmul's result that start 52 bytes in, and
+    # a reshape of its transpose, which copies.
+    m = x @ x.t()
+    rows = m[1:]
+    flat = m.t().reshape(-1, 1)
+    return [rows @ rows.t(), (rows * 2).sin(), flat @ x[:1, :2], flat.exp()]
+
+
+@pytest.mark.parametrize("graph", [attention_step, misaligned_views])
+def test_a_graphs_first_run_launches_only_kernels_its_batch_built(
+    kernels: str, graph: Callable[[torch.Tensor], list[torch.Tensor]]
+) -> None:
+    # A kernel the batch did not foresee is built at its launch, alone,
+    # after the batch: the first step at a new shape then pays a serial
+    # compile (130-170 ms a kernel on CPU kernels) for a kernel reading a
+    # view of an intermediate.
+    x = torch.randn(5, 3, 25) if graph is attention_step else torch.randn(13, 8)
+    x = x[..., 1:]  # a parameter whose data starts 4 bytes in
+    before = kernels_chosen_at_launch()
+    got = graph(x.to(lazyfuse.lazy_device()))
+    lazyfuse.mark_step()
+    assert kernels_chosen_at_launch() - before == 0
+    for lazy, eager in zip(got, graph(x), strict=True):
+        torch.testing.assert_close(lazy.cpu(), eager.detach(), rtol=1e-5, atol=1e-5)
+
+
 def awkward(x: torch.Tensor, w: torch.Tensor) -> list[torch.Tensor]:
     y = torch.softmax(x * w + 1.0, dim=-1)
     z = F.layer_norm(x, x.shape[-1:]) * w

@@ -34,7 +34,7 @@ std::vector<KernelCompileRecord> CompileFusedKernels(
   const bool have_nvrtc = NvrtcAvailable(&nvrtc);
   std::vector<KernelCompileRecord> records;
   const FusionPlan plan = PlanFusion(program);
-  const auto view_strides = PredictedViewStrides(program, plan);
+  const auto view_layouts = PredictedViewLayouts(program, plan.groups);
   for (const FusionGroup& group : plan.groups) {
     if (!LaunchesKernel(group.kind)) {
       continue;
@@ -42,9 +42,10 @@ std::vector<KernelCompileRecord> CompileFusedKernels(
     KernelSignature signature = PredictedSignature(program, group, host_scalar_parameters);
     signature.block_limit = block_limit;
     for (size_t k = 0; k < group.inputs.size(); ++k) {
-      const auto it = view_strides.find(group.inputs[k]);
-      if (it != view_strides.end() && signature.inputs[k].kind == InputBinding::Kind::kTensor) {
-        signature.inputs[k].strides = it->second;
+      const auto it = view_layouts.find(group.inputs[k]);
+      if (it != view_layouts.end() && signature.inputs[k].kind == InputBinding::Kind::kTensor) {
+        signature.inputs[k].strides = it->second.strides;
+        signature.inputs[k].aligned = it->second.aligned;
       }
     }
     KernelSource source = GenerateKernel(program, group, signature, CudaDialect());
