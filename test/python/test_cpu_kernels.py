@@ -9,11 +9,13 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import torch
 
 import lazyfuse
+from compile_watch import most_compiles_at_once
 from conftest import (
     HOST_COMPILER,
     NO_CPU_KERNELS,
@@ -129,6 +131,25 @@ def test_a_graph_compiles_its_kernels_in_one_call() -> None:
     assert launches() >= 3
     for lazy, eager in zip(got, [x.softmax(1), x.sum(0), (x * 3).sin()], strict=True):
         torch.testing.assert_close(lazy, eager)
+
+
+# Eight kernels of distinct sources: each input has its own shape.
+EIGHT_KERNELS = """
+import torch, lazyfuse
+xs = [torch.randn(8 + i, 5) for i in range(8)]
+outs = [(x.to(lazyfuse.lazy_device()) * 3).sin() for x in xs]
+lazyfuse.mark_step()
+for got, x in zip(outs, xs):
+    torch.testing.assert_close(got.cpu(), (x * 3).sin())
+print(lazyfuse.metrics.counter_value("LazyFuseKernelsCompiled"))
+"""
+
+
+def test_a_graphs_kernels_compile_as_one_library_per_core(tmp_path: Path) -> None:
+    # One library of a whole graph is one compiler call: one core of two,
+    # while the first step waits for it.
+    assert most_compiles_at_once(tmp_path, EIGHT_KERNELS, threads=2, emulate=False) == (2, 2)
+    assert most_compiles_at_once(tmp_path, EIGHT_KERNELS, threads=1, emulate=False) == (1, 1)
 
 
 def test_the_source_is_the_cpu_dialect() -> None:

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 import fusion_graphs
 import lazyfuse
+from compile_watch import most_compiles_at_once
 from conftest import HOST_COMPILER, ON_CUDA
 
 pytestmark = pytest.mark.skipif(
@@ -200,18 +201,6 @@ def test_damaged_disk_cache_entry_is_compiled_again(tmp_path: Path, where: str) 
     assert probe_cache(tmp_path) == (1, 0)
 
 
-# A host compiler that logs when each kernel compile starts and ends, and
-# takes at least 0.3 s, so compiles that run side by side overlap for sure.
-LOGGING_COMPILER = """#!/bin/sh
-case "$*" in *--version*) exec {cxx} "$@";; esac
-echo "start" >> {log}
-sleep 0.3
-{cxx} "$@"
-status=$?
-echo "end" >> {log}
-exit $status
-"""
-
 # Four kernels, two of them the same source (a layer repeated): compiled once.
 THREE_KERNELS = """
 import torch, lazyfuse
@@ -225,35 +214,8 @@ print(lazyfuse.metrics.counter_value("LazyFuseKernelsCompiled"))
 """
 
 
-def most_compiles_at_once(tmp_path: Path, threads: int) -> tuple[int, int]:
-    """(kernels compiled, most compiles in flight at once) of a fresh
-    process running a graph of three distinct kernels under emulation."""
-    log = tmp_path / f"compiles{threads}.log"
-    compiler = tmp_path / "logging-c++"
-    cxx = lazyfuse.debug.emulation()["host_compiler"].split(" (")[0]
-    compiler.write_text(LOGGING_COMPILER.format(cxx=cxx, log=log))
-    compiler.chmod(0o755)
-    env = dict(
-        os.environ,
-        LAZYFUSE_CACHE_DIR=str(tmp_path / f"cache{threads}"),
-        LAZYFUSE_EMULATE_CUDA="1",
-        LAZYFUSE_EMULATE_CXX=str(compiler),
-        LAZYFUSE_COMPILE_THREADS=str(threads),
-        LAZYFUSE_DEVICE="cpu",
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", THREE_KERNELS], env=env, capture_output=True, text=True
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    in_flight = most = 0
-    for event in log.read_text().split():
-        in_flight += 1 if event == "start" else -1
-        most = max(most, in_flight)
-    return int(out.stdout.split()[-1]), most
-
-
 def test_a_graphs_kernels_compile_side_by_side(tmp_path: Path) -> None:
     # A first step waits for every kernel of its graph: one after the other,
     # that is 14 compiles and 2.5 s for a Transformer step under emulation.
-    assert most_compiles_at_once(tmp_path, threads=2) == (3, 2)
-    assert most_compiles_at_once(tmp_path, threads=1) == (3, 1)
+    assert most_compiles_at_once(tmp_path, THREE_KERNELS, threads=2, emulate=True) == (3, 2)
+    assert most_compiles_at_once(tmp_path, THREE_KERNELS, threads=1, emulate=True) == (3, 1)

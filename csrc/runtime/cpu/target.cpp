@@ -5,18 +5,22 @@
 #include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
 #include <dlfcn.h>
+#include <torch/csrc/lazy/core/metrics.h>
 
+#include <algorithm>
 #include <cstdio>
 #if defined(__GLIBC__)
 #include <gnu/libc-version.h>
 #endif
 
+#include <numeric>
 #include <string>
 #include <vector>
 
 #include "kernels/dialect.h"
 #include "runtime/cpu/output_pool.h"
 #include "runtime/host_library.h"
+#include "runtime/parallel_compile.h"
 
 namespace lazyfuse {
 namespace {
@@ -107,6 +111,74 @@ int64_t BytesMoved(const LaunchTensors& tensors) {
   return bytes;
 }
 
+// A compiler call costs its start, the prelude and a link whatever it
+// compiles, so a library takes at least this many kernels.
+constexpr size_t kLeastKernelsPerLibrary = 4;
+
+// The batch's kernels, by index, in libraries to compile side by side: one
+// per compile thread, each given the longest source left to the one with the
+// least text so far, each in batch order (its text, so its cache key, is
+// the same for the same batch).
+std::vector<std::vector<size_t>> SplitForCompile(const std::vector<KernelSource>& sources) {
+  const size_t count =
+      std::min(static_cast<size_t>(std::max(CompileThreads(), 1)),
+               std::max<size_t>(
+                   1, (sources.size() + kLeastKernelsPerLibrary - 1) / kLeastKernelsPerLibrary));
+  std::vector<size_t> by_length(sources.size());
+  std::iota(by_length.begin(), by_length.end(), 0);
+  std::stable_sort(by_length.begin(), by_length.end(), [&](size_t a, size_t b) {
+    return sources[a].source.size() > sources[b].source.size();
+  });
+  std::vector<std::vector<size_t>> libraries(count);
+  std::vector<size_t> text(count, 0);
+  for (size_t i : by_length) {
+    const size_t lightest = std::min_element(text.begin(), text.end()) - text.begin();
+    libraries[lightest].push_back(i);
+    text[lightest] += sources[i].source.size();
+  }
+  for (auto& library : libraries) {
+    std::sort(library.begin(), library.end());
+  }
+  libraries.erase(
+      std::remove_if(
+          libraries.begin(), libraries.end(), [](const auto& library) { return library.empty(); }),
+      libraries.end());
+  return libraries;
+}
+
+// One library of the kernels `which` names: the prelude once, then each
+// kernel in a namespace of its own (two kernels may share a name) with its
+// entry point. Its kernels, in the order of `which`.
+std::vector<std::shared_ptr<LoadedKernel>> LoadLibrary(const std::vector<KernelSource>& sources,
+                                                       const std::vector<size_t>& which) {
+  const KernelSource& first = sources[which.front()];
+  // The first line names the ops; the prelude follows, up to the kernel.
+  const size_t prelude_begin = first.source.find('\n') + 1;
+  std::string text = first.source.substr(0, KernelStart(first));
+  const size_t prelude_size = text.size() - prelude_begin;
+  for (size_t i = 0; i < which.size(); ++i) {
+    const KernelSource& source = sources[which[i]];
+    const std::string space = "lf_k" + std::to_string(i);
+    text += "namespace " + space + " {\n" + source.source.substr(KernelStart(source)) + "}\n" +
+            EntryPoint(std::string(kCpuEntryName) + std::to_string(i),
+                       space + "::" + source.name,
+                       source.parameter_types);
+  }
+  const std::string name = which.size() == 1
+                               ? first.name
+                               : "lf_batch_" + std::to_string(which.size()) + "_" + first.name;
+  auto library = LoadHostLibrary(CpuBuild(), text, name, prelude_begin, prelude_size);
+  std::vector<std::shared_ptr<LoadedKernel>> loaded;
+  for (size_t i = 0; i < which.size(); ++i) {
+    auto kernel = std::make_shared<CpuKernel>();
+    kernel->library = library;
+    kernel->entry = reinterpret_cast<CpuEntry>(
+        library->Symbol((std::string(kCpuEntryName) + std::to_string(i)).c_str()));
+    loaded.push_back(std::move(kernel));
+  }
+  return loaded;
+}
+
 class CpuTarget : public KernelTarget {
  public:
   const KernelDialect& dialect() const override {
@@ -123,44 +195,31 @@ class CpuTarget : public KernelTarget {
   }
 
   std::shared_ptr<LoadedKernel> Load(const KernelSource& source) override {
-    return LoadBatch({source}).front();
+    return LoadLibrary({source}, {0}).front();
   }
 
   bool batches() const override {
     return true;
   }
 
-  // One library: the prelude once, then each kernel in a namespace of its
-  // own (two kernels may share a name) with its entry point.
+  // A few libraries, compiled side by side: each holds the prelude once,
+  // then each of its kernels in a namespace of its own (two kernels may
+  // share a name) with its entry point. A library whose compile fails
+  // leaves its kernels to compile at their launch, which reports why.
   std::vector<std::shared_ptr<LoadedKernel>> LoadBatch(
       const std::vector<KernelSource>& sources) override {
-    if (sources.empty()) {
-      return {};
-    }
-    // The first line names the ops; the prelude follows, up to the kernel.
-    const size_t prelude_begin = sources.front().source.find('\n') + 1;
-    std::string text = sources.front().source.substr(0, KernelStart(sources.front()));
-    const size_t prelude_size = text.size() - prelude_begin;
-    for (size_t i = 0; i < sources.size(); ++i) {
-      const KernelSource& source = sources[i];
-      const std::string space = "lf_k" + std::to_string(i);
-      text += "namespace " + space + " {\n" + source.source.substr(KernelStart(source)) + "}\n" +
-              EntryPoint(std::string(kCpuEntryName) + std::to_string(i),
-                         space + "::" + source.name,
-                         source.parameter_types);
-    }
-    const std::string name = sources.size() == 1 ? sources.front().name
-                                                 : "lf_batch_" + std::to_string(sources.size()) +
-                                                       "_" + sources.front().name;
-    auto library = LoadHostLibrary(CpuBuild(), text, name, prelude_begin, prelude_size);
-    std::vector<std::shared_ptr<LoadedKernel>> loaded;
-    for (size_t i = 0; i < sources.size(); ++i) {
-      auto kernel = std::make_shared<CpuKernel>();
-      kernel->library = library;
-      kernel->entry = reinterpret_cast<CpuEntry>(
-          library->Symbol((std::string(kCpuEntryName) + std::to_string(i)).c_str()));
-      loaded.push_back(std::move(kernel));
-    }
+    const std::vector<std::vector<size_t>> libraries = SplitForCompile(sources);
+    std::vector<std::shared_ptr<LoadedKernel>> loaded(sources.size());
+    ForEachInParallel(libraries.size(), [&](size_t l) {
+      try {
+        std::vector<std::shared_ptr<LoadedKernel>> kernels = LoadLibrary(sources, libraries[l]);
+        for (size_t i = 0; i < kernels.size(); ++i) {
+          loaded[libraries[l][i]] = std::move(kernels[i]);
+        }
+      } catch (const std::exception&) {
+        TORCH_LAZY_COUNTER("LazyFuseBatchCompileFailed", 1);
+      }
+    });
     return loaded;
   }
 
