@@ -180,6 +180,7 @@ class PointwiseKernel {
     }
     KernelWriter tail(program_, group_, signature_, dialect_, idx);
     tail.Open("for (" + idx + " i = " + tail_start + "; i < n; i += stride)");
+    tail.DeclareIndexRange("i", numel);
     StoreAll(tail, KernelIndex{group_.domain, "i", {}});
     tail.Close();
     return text + tail.text();
@@ -199,6 +200,7 @@ class PointwiseKernel {
     // An output in an input's memory is written at the element it read.
     loop.Line("#pragma GCC ivdep");
     loop.Open("for (" + idx + " i = first; i < stop; ++i)");
+    loop.DeclareIndexRange("i", numel);
     StoreAll(loop, KernelIndex{group_.domain, "i", {}});
     loop.Close();
     return text + loop.text();
@@ -241,6 +243,7 @@ class PointwiseKernel {
     lane.SetVectorLane("ij", "j");
     lane.Open(std::string("for (int j = 0; j < ") + kVectorWidthName + "; ++j)");
     lane.Line("const " + idx + " ij = base + j;");
+    lane.DeclareIndexRange("ij", ShapeNumel(group_.domain));
     StoreAll(lane, KernelIndex{group_.domain, "ij", {}});
     lane.Close();
     std::string text = "  " + StrategyConstant(kVectorWidthName, width) + "\n";

@@ -145,6 +145,13 @@ class ReductionKernel {
       const std::string linear = w_.NewVar("p");
       w_.Line("const " + idx_ + " " + linear + " = row * " + std::to_string(cols_) + " + " + col +
               ";");
+      if (!w_.AffineOf(col)) {
+        w_.DeclareIndexRange(col, cols_);
+      }
+      const auto row = w_.AffineOf("row");
+      if (row) {
+        w_.DefineIndex(linear, row->Scaled(cols_).Plus(*w_.AffineOf(col)));
+      }
       return KernelIndex{group_.domain, linear, {}};
     }
     return RowElementIndex(w_, group_.domain, rule_.dims, reduced_shape_, row_dims_, col);

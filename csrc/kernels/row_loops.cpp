@@ -62,12 +62,14 @@ void OpenRows(KernelWriter& writer,
   if (per_block) {
     writer.Open("for (" + idx + " row = " + dialect.block_index + "; row < " + count +
                 "; row += " + dialect.grid_size + ")");
+    writer.DeclareIndexRange("row", rows);
     return;
   }
   if (!dialect.serial_blocks) {
     writer.Open("for (" + idx + " row = (" + idx + ")" + dialect.block_index + " * " +
                 dialect.block_size + " + " + dialect.thread_index + "; row < " + count +
                 "; row += (" + idx + ")" + dialect.grid_size + " * " + dialect.block_size + ")");
+    writer.DeclareIndexRange("row", rows);
     return;
   }
   // Adjacent rows share cache lines when the reduced dims are not innermost.
@@ -77,6 +79,7 @@ void OpenRows(KernelWriter& writer,
   writer.Line("const " + idx + " lf_stop = lf_first + lf_rows < " + count +
               " ? lf_first + lf_rows : " + count + ";");
   writer.Open("for (" + idx + " row = lf_first; row < lf_stop; ++row)");
+  writer.DeclareIndexRange("row", rows);
 }
 
 KernelIndex RowElementIndex(KernelWriter& writer,
@@ -85,6 +88,14 @@ KernelIndex RowElementIndex(KernelWriter& writer,
                             const std::vector<int64_t>& reduced_shape,
                             const std::vector<std::string>& row_dims,
                             const std::string& col) {
+  // A column of the row, whichever loop or lane names it.
+  if (!writer.AffineOf(col)) {
+    int64_t cols = 1;
+    for (int64_t size : reduced_shape) {
+      cols *= size;
+    }
+    writer.DeclareIndexRange(col, cols);
+  }
   KernelIndex within{reduced_shape, col, {}};
   const auto col_dims = writer.Dims(within);
   KernelIndex index{domain, "", {}};

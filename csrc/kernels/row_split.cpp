@@ -100,6 +100,7 @@ void RowSplit::OpenLoop(KernelSource& out, int stats) {
     w_.Open("for (" + idx_ + " lf_item = " + dialect_.block_index + "; lf_item < " + Count(items) +
             "; lf_item += " + dialect_.grid_size + ")");
     w_.Line("const " + idx_ + " row = lf_item / " + Count(chunks_) + ";");
+    w_.DeclareIndexRange("row", rows_);
     chunk = "lf_item % " + Count(chunks_);
   } else {
     out.block_size = kThreadBlockSize;
@@ -107,6 +108,7 @@ void RowSplit::OpenLoop(KernelSource& out, int stats) {
             dialect_.block_size + " + " + dialect_.thread_index + "; lf_item < " + Count(items) +
             "; lf_item += (" + idx_ + ")" + dialect_.grid_size + " * " + dialect_.block_size + ")");
     w_.Line("const " + idx_ + " row = lf_item % " + std::to_string(rows_) + ";");
+    w_.DeclareIndexRange("row", rows_);
     chunk = "lf_item / " + std::to_string(rows_);
   }
   const std::string size = Count(chunk_cols_);

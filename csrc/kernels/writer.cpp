@@ -3,8 +3,11 @@
 #include <ATen/Functions.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 
 #include "fusion/rules.h"
 
@@ -172,6 +175,51 @@ void KernelWriter::SetVectorLane(std::string linear_var, std::string lane) {
   vector_lane_ = std::move(lane);
 }
 
+void KernelWriter::DeclareIndexRange(const std::string& var, int64_t bound) {
+  const bool name = std::all_of(var.begin(), var.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+  });
+  affine_.insert_or_assign(var, AffineIndex::Atom(name ? var : "(" + var + ")", bound));
+}
+
+void KernelWriter::DefineIndex(const std::string& var, const AffineIndex& value) {
+  affine_.insert_or_assign(var, value);
+}
+
+std::optional<AffineIndex> KernelWriter::AffineOf(const std::string& text) const {
+  const auto known = affine_.find(text);
+  if (known != affine_.end()) {
+    return known->second;
+  }
+  if (!text.empty() && text.size() < 18 &&
+      std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return AffineIndex::Constant(std::stoll(text));
+  }
+  return std::nullopt;
+}
+
+std::string KernelWriter::DimExpression(const AffineIndex& dim, int64_t space) {
+  if (dim.terms().empty()) {
+    return std::to_string(dim.constant());
+  }
+  const std::string text = dim.Text();
+  if (dim.IsAtom() && affine_.count(text) != 0) {
+    return text;  // a variable already
+  }
+  const std::string key = "U" + std::to_string(space) + "|" + text;
+  std::string var = Lookup(key);
+  if (var.empty()) {
+    var = NewVar("x");
+    Line("const " + index_type_ + " " + var + " = " + text + ";");
+    Remember(key, var);
+  }
+  // A quotient or remainder left whole is named by its variable from now
+  // on; a sum stays a sum, so a later division may split it.
+  affine_.insert_or_assign(
+      var, dim.IsAtom() ? AffineIndex::Atom(var, dim.terms().front().second.bound) : dim);
+  return var;
+}
+
 std::string KernelWriter::Linear(KernelIndex& index) {
   if (!index.linear.empty()) {
     return index.linear;
@@ -187,6 +235,7 @@ std::string KernelWriter::Linear(KernelIndex& index) {
               index.shape.size());
   const auto strides = ContiguousStrides(index.shape);
   std::string sum;
+  std::optional<AffineIndex> affine = AffineIndex::Constant(0);
   for (size_t d = 0; d < index.shape.size(); ++d) {
     if (index.shape[d] == 1 || index.dims[d] == "0") {
       continue;
@@ -194,6 +243,8 @@ std::string KernelWriter::Linear(KernelIndex& index) {
     const std::string term =
         strides[d] == 1 ? index.dims[d] : index.dims[d] + " * " + std::to_string(strides[d]);
     sum += (sum.empty() ? "" : " + ") + term;
+    const auto dim = affine ? AffineOf(index.dims[d]) : std::nullopt;
+    affine = dim ? std::optional(affine->Plus(dim->Scaled(strides[d]))) : std::nullopt;
   }
   if (sum.empty()) {
     index.linear = "0";
@@ -205,6 +256,9 @@ std::string KernelWriter::Linear(KernelIndex& index) {
     var = NewVar("l");
     Line("const " + index_type_ + " " + var + " = " + sum + ";");
     Remember(key, var);
+    if (affine) {
+      affine_.insert_or_assign(var, *affine);
+    }
   }
   index.linear = var;
   return var;
@@ -215,10 +269,16 @@ const std::vector<std::string>& KernelWriter::Dims(KernelIndex& index) {
     return index.dims;
   }
   const auto strides = ContiguousStrides(index.shape);
+  const std::optional<AffineIndex> linear = AffineOf(index.linear);
   for (size_t d = 0; d < index.shape.size(); ++d) {
     // An empty buffer is never indexed; its loops do not run.
     if (index.shape[d] <= 1) {
       index.dims.push_back("0");
+      continue;
+    }
+    if (linear) {
+      AffineIndex dim = FloorDiv(*linear, strides[d]);
+      index.dims.push_back(DimExpression(d > 0 ? Mod(dim, index.shape[d]) : dim, index.space));
       continue;
     }
     std::string expr = "(" + index.linear + ")";
@@ -381,7 +441,12 @@ std::string KernelWriter::ViewValue(const Step& step, KernelIndex index) {
     case ViewKind::kSlice: {
       mapped.dims = Dims(index);
       std::string& d = mapped.dims[rule.dim];
+      const std::optional<AffineIndex> from = AffineOf(d);
       d = "(" + std::to_string(rule.start) + " + " + d + " * " + std::to_string(rule.step) + ")";
+      if (from) {
+        affine_.insert_or_assign(d,
+                                 from->Scaled(rule.step).Plus(AffineIndex::Constant(rule.start)));
+      }
       break;
     }
     case ViewKind::kSelect: {

@@ -7,6 +7,7 @@
 // per scope.
 
 #include <functional>
+#include <optional>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -15,6 +16,7 @@
 #include "fusion/planner.h"
 #include "fusion/rules.h"
 #include "kernels/dialect.h"
+#include "kernels/index_algebra.h"
 #include "kernels/signature.h"
 #include "program/program.h"
 
@@ -86,6 +88,12 @@ class KernelWriter {
     return indent_;
   }
 
+  // `var`, a loop's index, takes the values [0, bound): the arithmetic of
+  // indices derived from it may then cancel (kernels/index_algebra.h).
+  void DeclareIndexRange(const std::string& var, int64_t bound);
+  // `var` holds `value`; and what is known of an index expression's terms.
+  void DefineIndex(const std::string& var, const AffineIndex& value);
+  std::optional<AffineIndex> AffineOf(const std::string& text) const;
   std::string Linear(KernelIndex& index);
   const std::vector<std::string>& Dims(KernelIndex& index);
   // The index into buffer `to` of an element at `from`, whose shape `to`
@@ -112,6 +120,8 @@ class KernelWriter {
   std::string Compute(const Step& step, BufferId id, KernelIndex index);
   std::string AsCommonDtype(const PointwiseRule& rule, BufferId input, std::string value) const;
   std::string ViewValue(const Step& step, KernelIndex index);
+  // A dim's expression: a literal, a name, or a new variable holding it.
+  std::string DimExpression(const AffineIndex& dim, int64_t space);
   std::string Lookup(const std::string& key) const;
   void Remember(const std::string& key, const std::string& value);
 
@@ -125,6 +135,8 @@ class KernelWriter {
   std::unordered_map<BufferId, std::string> registers_;
   std::unordered_map<BufferId, std::function<std::string(KernelWriter&, KernelIndex)>> custom_;
   std::vector<std::unordered_map<std::string, std::string>> scopes_;
+  // Index expressions and variables as sums of ranged terms, where known.
+  std::unordered_map<std::string, AffineIndex> affine_;
   std::string text_;
   int indent_ = 1;
   int next_var_ = 0;

@@ -9,8 +9,8 @@ extern "C" __global__ void lf_pointwise_tcopy_add_relu(const lf_half* __restrict
 #pragma unroll
   for (int j = 0; j < lf_width; ++j) {
     const int ij = base + j;
-    const int x0 = (ij) / 16;
-    const int x1 = ((ij)) % 16;
+    const int x0 = ((ij) / 16);
+    const int x1 = ((ij) % 16);
     const int l2 = x1 * 8 + x0;
     const float v3 = lf_h2f(lf_ld(in0, l2));
     const int l4 = x1;
@@ -22,8 +22,8 @@ extern "C" __global__ void lf_pointwise_tcopy_add_relu(const lf_half* __restrict
     lf_vstore(out0 + base, vo0.v);
   }
   for (int i = n / lf_width * lf_width + tid; i < n; i += stride) {
-    const int x0 = (i) / 16;
-    const int x1 = ((i)) % 16;
+    const int x0 = ((i) / 16);
+    const int x1 = ((i) % 16);
     const int l2 = x1 * 8 + x0;
     const float v3 = lf_h2f(lf_ld(in0, l2));
     const int l4 = x1;

@@ -3,23 +3,21 @@ extern "C" __global__ void lf_reduction_sum(const float* __restrict__ in0, float
     const int row = lf_item % 16;
     const int lf_begin = (lf_item / 16) * (int)32u;
     const int lf_end = lf_begin + (int)32u < 64 ? lf_begin + (int)32u : 64;
-    const int x0 = (row);
-    float a1 = 0;
+    float a0 = 0;
     for (int c = lf_begin; c < lf_end; ++c) {
-      const int x2 = (c);
-      const int l3 = x2 * 16 + x0;
-      const float v4 = lf_ld(in0, l3);
-      a1 = a1 + ((float)v4);
+      const int l1 = c * 16 + row;
+      const float v2 = lf_ld(in0, l1);
+      a0 = a0 + ((float)v2);
     }
-    const bool lf_last = lf_publish(lf_partials, lf_item, a1, lf_counters + row) == 1u;
+    const bool lf_last = lf_publish(lf_partials, lf_item, a0, lf_counters + row) == 1u;
     if (lf_last) {
-      a1 = 0;
+      a0 = 0;
       for (int k = 0; k < (int)2u; ++k) {
-        a1 = a1 + lf_ld_published(lf_partials, k * 16 + row);
+        a0 = a0 + lf_ld_published(lf_partials, k * 16 + row);
       }
-      const float r5 = (float)(a1);
+      const float r3 = (float)(a0);
       if (true) {
-        lf_st(out0, row, (float)(r5));
+        lf_st(out0, row, (float)(r3));
       }
     }
   }
