@@ -7,10 +7,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <mutex>
 
 #include "kernels/writer.h"
+#include "program/compile_log.h"
 #include "program/error_text.h"
+#include "runtime/launch_report.h"
 #include "runtime/view_group.h"
 
 namespace lazyfuse {
@@ -386,6 +389,11 @@ std::vector<at::Tensor> FusedKernel::Launch(const std::vector<at::Tensor>& input
   if (!taken.empty()) {
     TORCH_LAZY_COUNTER("LazyFuseInPlaceOutputs", static_cast<int64_t>(taken.size()));
   }
+  const bool report = DebugLevel() >= 3;
+  if (report) {
+    WaitForDevice(target_->device());
+  }
+  const auto start = std::chrono::steady_clock::now();
   for (int phase = 0; phase < source.launches; ++phase) {
     if (source.launches > 1) {
       slots[phase_slot].i32 = phase;  // the driver copies parameters at the call
@@ -393,6 +401,11 @@ std::vector<at::Tensor> FusedKernel::Launch(const std::vector<at::Tensor>& input
     TORCH_LAZY_TIMED("LazyFuseTargetLaunch");
     target_->Launch(
         *variant.loaded, source, config, params.data(), LaunchTensors{inputs, outputs, workspace});
+  }
+  if (report) {
+    WaitForDevice(target_->device());
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+    PrintLaunch(source, !variant.generic_args.empty(), inputs, outputs, took.count());
   }
   TORCH_LAZY_COUNTER("LazyFuseKernelLaunches", source.launches);
   TORCH_CHECK(!inject, "injected kernel fault after the launch (InjectKernelFaultsForTesting)");

@@ -12,7 +12,13 @@ import torch
 
 import lazyfuse
 import lazyfuse.testing
-from conftest import ON_REFERENCE_TORCH, REFERENCE_TORCH, graphs_executed
+from conftest import (
+    HOST_COMPILER,
+    NO_FUSED_KERNELS,
+    ON_REFERENCE_TORCH,
+    REFERENCE_TORCH,
+    graphs_executed,
+)
 
 
 def test_lazy_device() -> None:
@@ -158,6 +164,31 @@ def test_debug_env_prints_every_compile() -> None:
     )
     assert "hash=" in line and "nodes=" in line and "cause: first compile" in line
     assert "<string>:4" in line
+
+
+@pytest.mark.skipif(not HOST_COMPILER, reason=NO_FUSED_KERNELS)
+def test_debug_level_3_prints_each_kernel_with_its_bandwidth() -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import torch, lazyfuse\n"
+            "x = torch.ones(64, 256).to(lazyfuse.lazy_device())\n"
+            "for _ in range(3):\n"
+            "    y = (x * 2).sin().sum(1)\n"
+            "    lazyfuse.mark_step()\n",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "LAZYFUSE_DEBUG": "3"},
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith("[lazyfuse] kernel")]
+    assert len(lines) == 3, result.stderr  # a launch each step
+    # The input, 64 KiB, is read whole; the row sums, 256 bytes, written.
+    assert "0.066 MB read, 0.000 MB written" in lines[0], lines[0]
+    assert lines[0].endswith(" GB/s") and " us, " in lines[0], lines[0]
 
 
 def test_sync_is_mark_step(lazy: torch.device) -> None:
