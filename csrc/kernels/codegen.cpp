@@ -178,7 +178,7 @@ class PointwiseKernel {
       text += VectorLoop(idx);
       tail_start = std::string("n / ") + kVectorWidthName + " * " + kVectorWidthName + " + tid";
     }
-    KernelWriter tail(program_, group_, signature_, dialect_, idx);
+    KernelWriter tail(program_, group_, signature_, dialect_, idx, out_.simplified_indices);
     tail.Open("for (" + idx + " i = " + tail_start + "; i < n; i += stride)");
     tail.DeclareIndexRange("i", numel);
     StoreAll(tail, KernelIndex{group_.domain, "i", {}});
@@ -188,7 +188,12 @@ class PointwiseKernel {
 
  private:
   // A block's contiguous chunk of the domain (a multiple of 16 elements, so
-  // chunks start aligned), in one loop the host compiler vectorizes.
+  // chunks start aligned), in one loop the host compiler vectorizes. A
+  // kernel that reads through views or broadcasts splits each element's
+  // index into dims; rendered for its own sizes, it walks its chunk row by
+  // row of the domain's last dim instead, so the outer dims' arithmetic
+  // cancels down to once a row and a row's reads are runs the compiler
+  // vectorizes.
   std::string ChunkLoop(int64_t numel, const std::string& idx) {
     out_.work_items = numel;
     const std::string grid = "(" + idx + ")" + dialect_.grid_size;
@@ -196,14 +201,38 @@ class PointwiseKernel {
     text += "  const " + idx + " chunk = ((n + " + grid + " - 1) / " + grid + " + 15) / 16 * 16;\n";
     text += "  const " + idx + " first = (" + idx + ")" + dialect_.block_index + " * chunk;\n";
     text += "  const " + idx + " stop = first + chunk < n ? first + chunk : n;\n";
-    KernelWriter loop(program_, group_, signature_, dialect_, idx);
+    KernelWriter loop(program_, group_, signature_, dialect_, idx, out_.simplified_indices);
     // An output in an input's memory is written at the element it read.
     loop.Line("#pragma GCC ivdep");
     loop.Open("for (" + idx + " i = first; i < stop; ++i)");
     loop.DeclareIndexRange("i", numel);
     StoreAll(loop, KernelIndex{group_.domain, "i", {}});
     loop.Close();
-    return text + loop.text();
+    if (!out_.simplified_indices || !loop.split_an_index() || group_.domain.size() < 2) {
+      return text + loop.text();
+    }
+    return text + RowLoops(numel, idx);
+  }
+
+  std::string RowLoops(int64_t numel, const std::string& idx) {
+    const int64_t row = std::max<int64_t>(group_.domain.back(), 1);
+    KernelWriter loop(program_, group_, signature_, dialect_, idx, /*simplify_indices=*/true);
+    loop.Line("const " + idx + " lf_row_length = " + std::to_string(row) + ";");
+    loop.Open("for (" + idx + " io = first / lf_row_length; io * lf_row_length < stop; ++io)");
+    loop.DeclareIndexRange("io", numel / row);
+    loop.Line("const " + idx + " lf_at = io * lf_row_length;");
+    loop.Line("const " + idx + " lf_begin = lf_at < first ? first - lf_at : 0;");
+    loop.Line("const " + idx +
+              " lf_end = stop - lf_at < lf_row_length ? stop - lf_at : lf_row_length;");
+    loop.Line("#pragma GCC ivdep");
+    loop.Open("for (" + idx + " ii = lf_begin; ii < lf_end; ++ii)");
+    loop.DeclareIndexRange("ii", row);
+    loop.Line("const " + idx + " i = lf_at + ii;");
+    loop.DefineIndex("i", loop.AffineOf("io")->Scaled(row).Plus(*loop.AffineOf("ii")));
+    StoreAll(loop, KernelIndex{group_.domain, "i", {}});
+    loop.Close();
+    loop.Close();
+    return loop.text();
   }
 
   // Elements per thread so that the widest buffer moves 16 bytes at a time;
@@ -239,7 +268,7 @@ class PointwiseKernel {
 
   std::string VectorLoop(const std::string& idx) {
     const int width = out_.vector_width;
-    KernelWriter lane(program_, group_, signature_, dialect_, idx);
+    KernelWriter lane(program_, group_, signature_, dialect_, idx, out_.simplified_indices);
     lane.SetVectorLane("ij", "j");
     lane.Open(std::string("for (int j = 0; j < ") + kVectorWidthName + "; ++j)");
     lane.Line("const " + idx + " ij = base + j;");
@@ -369,7 +398,8 @@ KernelSource GenerateKernel(const Program& program,
                             const FusionGroup& group,
                             const KernelSignature& signature,
                             const KernelDialect& dialect,
-                            const RowStrategy* prefer) {
+                            const RowStrategy* prefer,
+                            bool simplify_indices) {
   TORCH_CHECK(LaunchesKernel(group.kind),
               "lazyfuse: a ",
               GroupKindName(group.kind),
@@ -388,6 +418,7 @@ KernelSource GenerateKernel(const Program& program,
   // Serial blocks index in 64 bits: under -fwrapv a 32-bit index may wrap
   // before it widens to an address, so loops would gather, not load.
   out.index64 = dialect.serial_blocks || NeedsIndex64(program, group, signature);
+  out.simplified_indices = simplify_indices;
   const std::string body =
       group.kind == GroupKind::kPointwise
           ? PointwiseKernel(program, group, signature, dialect, out).Body()

@@ -24,10 +24,13 @@ KernelSignature PredictedSignature(const Program& program,
                                    const std::vector<bool>& host_scalar_parameters);
 
 // `prefer`: a reduction's strategy to take where it may (row_strategy.h).
+// `simplify_indices`: cancel index arithmetic through views, for a kernel
+// that runs at these sizes only (KernelSource::simplified_indices).
 KernelSource GenerateKernel(const Program& program,
                             const FusionGroup& group,
                             const KernelSignature& signature,
                             const KernelDialect& dialect,
-                            const RowStrategy* prefer = nullptr);
+                            const RowStrategy* prefer = nullptr,
+                            bool simplify_indices = false);
 
 }  // namespace lazyfuse

@@ -51,7 +51,7 @@ class ReductionKernel {
         step_(program.steps[*group.reduction]),
         rule_(*ReductionRuleFor(step_, program)),
         idx_(out.index64 ? "long long" : "int"),
-        w_(program, group, signature, dialect, idx_),
+        w_(program, group, signature, dialect, idx_, out.simplified_indices),
         prefer_(prefer) {
     const auto& shape = group.domain;
     SplitDims(shape, rule_.dims, kept_shape_, reduced_shape_);

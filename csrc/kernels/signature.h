@@ -76,6 +76,10 @@ struct KernelSource {
   int vector_width = 1;
   int block_size = 256;
   bool index64 = false;
+  // Index arithmetic cancelled through views (kernels/index_algebra.h):
+  // whether terms cancel depends on the sizes' factors, so only renders
+  // that run at their own sizes do it; templates keep the plain text.
+  bool simplified_indices = false;
   // A split reduction's workspace, passed after the outputs: `partials`
   // accumulators of `partial_bytes` each (uninitialised), then, when
   // `counters` > 0, one unsigned int counter per row, zeroed before the launch.

@@ -101,12 +101,14 @@ KernelWriter::KernelWriter(const Program& program,
                            const FusionGroup& group,
                            const KernelSignature& signature,
                            const KernelDialect& dialect,
-                           std::string index_type)
+                           std::string index_type,
+                           bool simplify_indices)
     : program_(program),
       group_(group),
       signature_(signature),
       dialect_(dialect),
       index_type_(std::move(index_type)),
+      simplify_indices_(simplify_indices),
       scopes_(1) {
   for (size_t k = 0; k < group.inputs.size(); ++k) {
     input_slot_[group.inputs[k]] = k;
@@ -176,6 +178,9 @@ void KernelWriter::SetVectorLane(std::string linear_var, std::string lane) {
 }
 
 void KernelWriter::DeclareIndexRange(const std::string& var, int64_t bound) {
+  if (!simplify_indices_) {
+    return;
+  }
   const bool name = std::all_of(var.begin(), var.end(), [](char c) {
     return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
   });
@@ -183,6 +188,9 @@ void KernelWriter::DeclareIndexRange(const std::string& var, int64_t bound) {
 }
 
 void KernelWriter::DefineIndex(const std::string& var, const AffineIndex& value) {
+  if (!simplify_indices_) {
+    return;
+  }
   affine_.insert_or_assign(var, value);
 }
 
@@ -270,6 +278,7 @@ const std::vector<std::string>& KernelWriter::Dims(KernelIndex& index) {
   }
   const auto strides = ContiguousStrides(index.shape);
   const std::optional<AffineIndex> linear = AffineOf(index.linear);
+  split_an_index_ = split_an_index_ || index.shape.size() > 1;
   for (size_t d = 0; d < index.shape.size(); ++d) {
     // An empty buffer is never indexed; its loops do not run.
     if (index.shape[d] <= 1) {

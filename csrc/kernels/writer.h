@@ -46,7 +46,8 @@ class KernelWriter {
                const FusionGroup& group,
                const KernelSignature& signature,
                const KernelDialect& dialect,
-               std::string index_type);
+               std::string index_type,
+               bool simplify_indices = false);
 
   // A name or literal holding buffer `id`'s register value at `index`.
   std::string Value(BufferId id, KernelIndex index);
@@ -89,7 +90,8 @@ class KernelWriter {
   }
 
   // `var`, a loop's index, takes the values [0, bound): the arithmetic of
-  // indices derived from it may then cancel (kernels/index_algebra.h).
+  // indices derived from it may then cancel (kernels/index_algebra.h), in a
+  // writer that simplifies indices (else this and DefineIndex do nothing).
   void DeclareIndexRange(const std::string& var, int64_t bound);
   // `var` holds `value`; and what is known of an index expression's terms.
   void DefineIndex(const std::string& var, const AffineIndex& value);
@@ -114,6 +116,10 @@ class KernelWriter {
     return program_;
   }
   bool IsContiguousInput(size_t slot) const;
+  // Whether some index was split into dims: a view or a broadcast read.
+  bool split_an_index() const {
+    return split_an_index_;
+  }
 
  private:
   std::string Load(size_t slot, KernelIndex index);
@@ -130,6 +136,7 @@ class KernelWriter {
   const KernelSignature& signature_;
   const KernelDialect& dialect_;
   std::string index_type_;
+  bool simplify_indices_ = false;
   std::unordered_map<BufferId, size_t> input_slot_;
   std::unordered_map<BufferId, size_t> producer_step_;
   std::unordered_map<BufferId, std::string> registers_;
@@ -140,6 +147,7 @@ class KernelWriter {
   std::string text_;
   int indent_ = 1;
   int next_var_ = 0;
+  bool split_an_index_ = false;
   std::string vector_linear_;
   std::string vector_lane_;
   std::set<size_t> vector_inputs_;

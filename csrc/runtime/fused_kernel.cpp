@@ -218,11 +218,16 @@ bool FusedKernel::HasVariant(const KernelSignature& signature) const {
 
 KernelChoice FusedKernel::Choose(const KernelSignature& signature) const {
   const KernelDialect& dialect = target_->dialect();
-  return ChooseKernel(GenerateKernel(*program_, group_, signature, dialect),
-                      program_.get(),
-                      [&](const RowStrategy& prefer) {
-                        return GenerateKernel(*program_, group_, signature, dialect, &prefer);
-                      });
+  return ChooseKernel(
+      GenerateKernel(*program_, group_, signature, dialect),
+      program_.get(),
+      [&](const RowStrategy& prefer) {
+        return GenerateKernel(*program_, group_, signature, dialect, &prefer);
+      },
+      [&] {
+        return GenerateKernel(
+            *program_, group_, signature, dialect, nullptr, /*simplify_indices=*/true);
+      });
 }
 
 void FusedKernel::AddVariant(const KernelSignature& signature, KernelChoice choice) {

@@ -269,8 +269,16 @@ namespace {
 KernelChoice ChooseUnderLock(KernelSource rendered,
                              const void* program,
                              const RenderPreferring& rerender,
+                             const RenderSpecialized& specialize,
                              DynamicKernels mode,
                              bool generic) {
+  // The render runs as itself: as its specialized render, where there is one.
+  const auto as_itself = [&](KernelChoice& choice) -> KernelChoice& {
+    if (specialize) {
+      choice.source = specialize();
+    }
+    return choice;
+  };
   KernelChoice choice;
   choice.source = rendered;
   choice.rendered = std::move(rendered);
@@ -306,7 +314,7 @@ KernelChoice ChooseUnderLock(KernelSource rendered,
   for (const LoadedRender& known : skeleton.specialized) {
     if (known.texts == texts) {
       choice.loaded = known.loaded.lock();
-      return choice;
+      return as_itself(choice);
     }
   }
   for (const auto& candidate : skeleton.templates) {
@@ -319,7 +327,7 @@ KernelChoice ChooseUnderLock(KernelSource rendered,
       (texts == skeleton.first_texts || program == skeleton.first_program)) {
     SayCompiled(choice.rendered,
                 first_render ? "its first render" : "a new shape in the graph of its first render");
-    return choice;
+    return as_itself(choice);
   }
   if (ServeByAnotherStrategy(choice, rerender)) {
     return choice;
@@ -331,7 +339,7 @@ KernelChoice ChooseUnderLock(KernelSource rendered,
   if (rerender && own.known && !own.block) {
     KernelSource again = rerender(RowStrategy{true, true, 32, 1, own.split});
     if (again.strategy.block) {
-      return ChooseUnderLock(std::move(again), program, {}, mode, /*generic=*/true);
+      return ChooseUnderLock(std::move(again), program, {}, {}, mode, /*generic=*/true);
     }
   }
   std::vector<bool> mask =
@@ -341,12 +349,12 @@ KernelChoice ChooseUnderLock(KernelSource rendered,
                   (skeleton.generic_from_start || generic) && skeleton.seen.size() == 1);
   if (std::find(mask.begin(), mask.end(), true) == mask.end()) {
     SayCompiled(choice.rendered, "no literal to vary");
-    return choice;
+    return as_itself(choice);
   }
   for (const auto& other : skeleton.templates) {
     if (other->record.failed && other->generic == mask) {
       SayCompiled(choice.rendered, "its template did not compile");
-      return choice;
+      return as_itself(choice);
     }
   }
   skeleton.templates.push_back(
@@ -367,16 +375,18 @@ KernelChoice ChooseUnderLock(KernelSource rendered,
 
 KernelChoice ChooseKernel(KernelSource rendered,
                           const void* program,
-                          const RenderPreferring& rerender) {
+                          const RenderPreferring& rerender,
+                          const RenderSpecialized& specialize) {
   const DynamicKernels mode = GetDynamicKernels();
   if (mode == DynamicKernels::kOff) {
     KernelChoice choice;
-    choice.source = rendered;
+    choice.source = specialize ? specialize() : rendered;
     choice.rendered = std::move(rendered);
     return choice;
   }
   std::lock_guard<std::mutex> lock(g_mutex);
-  return ChooseUnderLock(std::move(rendered), program, rerender, mode, /*generic=*/false);
+  return ChooseUnderLock(
+      std::move(rendered), program, rerender, specialize, mode, /*generic=*/false);
 }
 
 KernelSource GuessedTemplate(const KernelSource& rendered) {

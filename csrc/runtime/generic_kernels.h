@@ -56,15 +56,21 @@ struct KernelChoice {
 
 // Renders the same kernel again, preferring a strategy (kernels/row_strategy.h).
 using RenderPreferring = std::function<KernelSource(const RowStrategy&)>;
+// Renders the same kernel to run at its own sizes only: its index
+// arithmetic simplified (KernelSource::simplified_indices).
+using RenderSpecialized = std::function<KernelSource()>;
 
 // The choice for `rendered`, one of the kernels of the graph `program`
 // (identity only). A reduction whose strategy is new for its structure is
 // rendered again with `rerender`, preferring each strategy the structure
 // has a template of, and runs on the first such template that serves it:
-// its sizes then compile nothing.
+// its sizes then compile nothing. A render that runs as itself runs as
+// `specialize` renders it, where given; templates and skeletons are made of
+// `rendered`, whose text does not depend on the sizes' factors.
 KernelChoice ChooseKernel(KernelSource rendered,
                           const void* program,
-                          const RenderPreferring& rerender = {});
+                          const RenderPreferring& rerender = {},
+                          const RenderSpecialized& specialize = {});
 
 // The template LAZYFUSE_DYNAMIC=1 makes from `rendered` at its first render
 // (every integer but 0 and 1 a parameter), for compiling ahead of time.

@@ -152,6 +152,24 @@ def test_a_graphs_kernels_compile_as_one_library_per_core(tmp_path: Path) -> Non
     assert most_compiles_at_once(tmp_path, EIGHT_KERNELS, threads=1, emulate=False) == (1, 1)
 
 
+@pytest.mark.parametrize("shape", [(37, 211), (300, 17), (5, 3)], ids=str)
+def test_a_transposed_read_walks_rows_without_dividing_its_index(
+    shape: tuple[int, int],
+) -> None:
+    # Walked element by element, a transposed read divides each index into
+    # its two dims; walked row by row, the dims are the loops' own. Rows
+    # here cross the 16-element chunks that blocks take.
+    x = torch.randn(*shape)
+    with lazyfuse.config.dynamic_kernels_as("0"):  # each shape its own kernel
+        lazy = (x.to(lazyfuse.lazy_device()).t() * 3).sin()
+        lazyfuse.mark_step()
+    torch.testing.assert_close(lazy.cpu(), (x.t() * 3).sin())
+    (kernel,) = [k for k in lazyfuse.debug.last_kernels() if "tcopy" in str(k["name"])]
+    body = str(kernel["source"]).split(f"void {kernel['name']}(")[1]
+    inner = body.split("; ++ii) {")[1]
+    assert " % " not in inner and " / " not in inner, inner
+
+
 def test_the_source_is_the_cpu_dialect() -> None:
     run_lazy(lambda x, w: [(x * w).sum(1)], torch.randn(64, 64), torch.randn(64, 64))
     (kernel,) = lazyfuse.debug.last_kernels()

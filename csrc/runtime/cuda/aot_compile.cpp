@@ -48,10 +48,14 @@ std::vector<KernelCompileRecord> CompileFusedKernels(
         signature.inputs[k].aligned = it->second.aligned;
       }
     }
-    KernelSource source = GenerateKernel(program, group, signature, CudaDialect());
-    if (generic) {
-      source = GuessedTemplate(source);
-    }
+    KernelSource source =
+        generic ? GuessedTemplate(GenerateKernel(program, group, signature, CudaDialect()))
+                : GenerateKernel(program,
+                                 group,
+                                 signature,
+                                 CudaDialect(),
+                                 nullptr,
+                                 /*simplify_indices=*/true);
     KernelCompileRecord record;
     record.name = source.name;
     record.ops = source.ops;
