@@ -143,49 +143,41 @@ def test_compile_log_names_a_changed_node(lazy: torch.device) -> None:
     del y
 
 
-def test_debug_env_prints_every_compile() -> None:
+def debug_stderr(level: str, code: str) -> list[str]:
+    """The lines a fresh process running `code` under LAZYFUSE_DEBUG=`level`
+    writes to stderr."""
     result = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import torch, lazyfuse\n"
-            "x = torch.ones(3).to(lazyfuse.lazy_device())\n"
-            "y = (x + 1).sum()\n"
-            "lazyfuse.mark_step()\n",
-        ],
+        [sys.executable, "-c", "import torch, lazyfuse\n" + code],
         capture_output=True,
         text=True,
-        env={**os.environ, "LAZYFUSE_DEBUG": "1"},
+        env={**os.environ, "LAZYFUSE_DEBUG": level},
         timeout=300,
     )
     assert result.returncode == 0, result.stderr
-    line = next(
-        line for line in result.stderr.splitlines() if line.startswith("[lazyfuse] compile")
+    return result.stderr.splitlines()
+
+
+def test_debug_env_prints_every_compile() -> None:
+    stderr = debug_stderr(
+        "1",
+        "x = torch.ones(3).to(lazyfuse.lazy_device())\ny = (x + 1).sum()\nlazyfuse.mark_step()\n",
     )
+    line = next(line for line in stderr if line.startswith("[lazyfuse] compile"))
     assert "hash=" in line and "nodes=" in line and "cause: first compile" in line
     assert "<string>:4" in line
 
 
 @pytest.mark.skipif(not HOST_COMPILER, reason=NO_FUSED_KERNELS)
 def test_debug_level_3_prints_each_kernel_with_its_bandwidth() -> None:
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import torch, lazyfuse\n"
-            "x = torch.ones(64, 256).to(lazyfuse.lazy_device())\n"
-            "for _ in range(3):\n"
-            "    y = (x * 2).sin().sum(1)\n"
-            "    lazyfuse.mark_step()\n",
-        ],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "LAZYFUSE_DEBUG": "3"},
-        timeout=300,
+    stderr = debug_stderr(
+        "3",
+        "x = torch.ones(64, 256).to(lazyfuse.lazy_device())\n"
+        "for _ in range(3):\n"
+        "    y = (x * 2).sin().sum(1)\n"
+        "    lazyfuse.mark_step()\n",
     )
-    assert result.returncode == 0, result.stderr
-    lines = [line for line in result.stderr.splitlines() if line.startswith("[lazyfuse] kernel")]
-    assert len(lines) == 3, result.stderr  # a launch each step
+    lines = [line for line in stderr if line.startswith("[lazyfuse] kernel")]
+    assert len(lines) == 3, stderr  # a launch each step
     # The input, 64 KiB, is read whole; the row sums, 256 bytes, written.
     assert "0.066 MB read, 0.000 MB written" in lines[0], lines[0]
     assert lines[0].endswith(" GB/s") and " us, " in lines[0], lines[0]
