@@ -142,17 +142,7 @@ class ReductionKernel {
   // The reduction input's index for column `col` of the current row.
   KernelIndex ElementIndex(const std::string& col) {
     if (inner_) {
-      const std::string linear = w_.NewVar("p");
-      w_.Line("const " + idx_ + " " + linear + " = row * " + std::to_string(cols_) + " + " + col +
-              ";");
-      if (!w_.AffineOf(col)) {
-        w_.DeclareIndexRange(col, cols_);
-      }
-      const auto row = w_.AffineOf("row");
-      if (row) {
-        w_.DefineIndex(linear, row->Scaled(cols_).Plus(*w_.AffineOf(col)));
-      }
-      return KernelIndex{group_.domain, linear, {}};
+      return InnerRowElementIndex(w_, group_.domain, cols_, col);
     }
     return RowElementIndex(w_, group_.domain, rule_.dims, reduced_shape_, row_dims_, col);
   }

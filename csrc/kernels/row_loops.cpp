@@ -111,6 +111,24 @@ KernelIndex RowElementIndex(KernelWriter& writer,
   return index;
 }
 
+KernelIndex InnerRowElementIndex(KernelWriter& writer,
+                                 const std::vector<int64_t>& domain,
+                                 int64_t cols,
+                                 const std::string& col) {
+  const std::string linear = writer.NewVar("p");
+  writer.Line("const " + writer.index_type() + " " + linear + " = row * " + std::to_string(cols) +
+              " + " + col + ";");
+  if (!writer.AffineOf(col)) {
+    writer.DeclareIndexRange(col, cols);
+  }
+  const auto row = writer.AffineOf("row");
+  const auto column = writer.AffineOf(col);
+  if (row && column) {
+    writer.DefineIndex(linear, row->Scaled(cols).Plus(*column));
+  }
+  return KernelIndex{domain, linear, {}};
+}
+
 std::string OpenSerialLanes(KernelWriter& writer, const std::string& acc, const char* combine) {
   if (combine == nullptr) {
     return "";

@@ -59,6 +59,12 @@ KernelIndex RowElementIndex(KernelWriter& writer,
                             const std::vector<std::string>& row_dims,
                             const std::string& col);
 
+// The same where the reduced dims are the innermost: a row is contiguous.
+KernelIndex InnerRowElementIndex(KernelWriter& writer,
+                                 const std::vector<int64_t>& domain,
+                                 int64_t cols,
+                                 const std::string& col);
+
 // Before a column loop accumulating `acc` with `combine` (lf_sum_op,
 // lf_max_op, lf_min_op): a sum adds in lanes, in another order, as eager's
 // vectorized sums do; a max or min keeps a NaN flag beside it, whose name
