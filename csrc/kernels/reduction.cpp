@@ -4,7 +4,8 @@
 // phases: loops over the row's columns that accumulate, each ending in a
 // reduction, then the row's results and the per-element outputs are written.
 // Rows whose reduced dims are innermost get a block each (warp shuffles and a
-// block reduction); other rows get a thread each with a serial loop.
+// block reduction); other rows get a thread each with a serial loop, or on
+// the CPU, where rows are adjacent in memory, a tile of them (column_tiles.h).
 //
 // Few long rows are split into chunks so they still fill a GPU (row_split.h).
 // Rows reduced in several passes (var, layer norm, softmax) are kept in
@@ -20,6 +21,7 @@
 
 #include "fusion/rules.h"
 #include "kernels/codegen.h"
+#include "kernels/column_tiles.h"
 #include "kernels/row_loops.h"
 #include "kernels/row_outputs.h"
 #include "kernels/row_split.h"
@@ -93,6 +95,9 @@ class ReductionKernel {
       vector_width_ =
           PreferredVectorWidth(prefer, RowVectorWidth(program, group, signature, cols_));
     }
+    if (RendersColumnTiles(dialect, shape, rule_.dims, rule_.kind, split())) {
+      tiles_.emplace(w_, dialect, idx_, kept_shape_, reduced_shape_);
+    }
     reduction_index_ = *group.reduction;
   }
 
@@ -117,14 +122,20 @@ class ReductionKernel {
         DeclareStatistics();
       }
     }
-    if (!split()) {
-      OpenRows(w_, dialect_, idx_, rows_, block_);
+    if (tiles_) {
+      tiles_->OpenTiles();  // each loop over a tile's rows defines its row dims
+    } else {
+      if (!split()) {
+        OpenRows(w_, dialect_, idx_, rows_, block_);
+      }
+      DefineRowDims();
     }
-    KernelIndex kept{kept_shape_, "row", {}};
-    row_dims_ = kept_shape_.empty() ? std::vector<std::string>{} : w_.Dims(kept);
     EmitPhases();
     if (split()) {
       split_->CloseRow();
+    }
+    if (tiles_) {
+      w_.Close();  // the tile's results; the tile loop is next
     }
     w_.Close();
     out_.strategy =
@@ -137,6 +148,15 @@ class ReductionKernel {
 
   bool split() const {
     return split_->active();
+  }
+
+  void DefineRowDims() {
+    if (tiles_) {
+      row_dims_ = tiles_->RowDims();
+      return;
+    }
+    KernelIndex kept{kept_shape_, "row", {}};
+    row_dims_ = kept_shape_.empty() ? std::vector<std::string>{} : w_.Dims(kept);
   }
 
   // The reduction input's index for column `col` of the current row.
@@ -193,6 +213,9 @@ class ReductionKernel {
                          const Update& update,
                          const char* combine,
                          bool last_loop) {
+    if (tiles_) {
+      return AccumulateTiles(init, update, combine);
+    }
     const std::string acc = update ? w_.NewVar("a") : std::string();
     if (update) {
       w_.Line(stat_ + " " + acc + " = " + init + ";");
@@ -227,59 +250,41 @@ class ReductionKernel {
     return acc;
   }
 
+  // Column tiles' one loop, which also writes the per-element outputs; ends
+  // in the loop over the tile's rows that writes their results.
+  std::string AccumulateTiles(const std::string& init, const Update& update, const char* combine) {
+    const bool sum = std::string(combine) == "lf_sum_op";
+    const std::string acc = tiles_->OpenColumns(stat_, w_.NewVar("a"), init, sum);
+    DefineRowDims();
+    const KernelIndex index = ElementIndex("c");
+    w_.Line(acc + " = " + update(acc, Input(index)) + ";");
+    StoreOutputs(index, /*row_level=*/false);
+    const std::string total = tiles_->CloseColumns();
+    tiles_->OpenResults();
+    DefineRowDims();
+    return total;
+  }
+
   // The loop that writes per-element outputs when no phase loop remains.
   void ElementLoop() {
     Accumulate("0", nullptr, nullptr, /*last_loop=*/true);
   }
 
-  bool IsRowLevel(BufferId id) const {
-    return IsRowLevelOutput(program_, group_, reduction_index_, rule_.kind, id);
-  }
-
-  // Every output of a batch (the element's, or the row's) is computed before
-  // the first is stored, so any output an input reaches may take its memory.
   void StoreOutputs(const KernelIndex& index, bool row_level) {
-    for (int store = 0; store < 2; ++store) {
-      for (size_t k = 0; k < group_.outputs.size(); ++k) {
-        if (IsRowLevel(group_.outputs[k]) == row_level) {
-          store ? w_.Store(k, index) : w_.ComputeOutput(k, index);
-        }
-      }
-    }
+    StoreGroupOutputs(w_, group_, reduction_index_, rule_.kind, index, row_level);
   }
 
   void StoreRowOutputs() {
-    bool any = false;
-    for (size_t k = 0; k < group_.outputs.size(); ++k) {
-      any = any || IsRowLevel(group_.outputs[k]);
-    }
-    if (!any) {
-      return;
-    }
-    // Row results: the reduction's own output, or layer norm's mean and rstd.
-    const size_t row_output = WritesFullShape(rule_.kind) ? 1 : 0;
-    TORCH_CHECK(row_output < step_.outputs.size(),
-                "lazyfuse: ",
-                step_.qualified_op(),
-                " has no per-row output");
-    const std::vector<int64_t>& shape = program_.buffers[step_.outputs[row_output]].sizes;
     // Split in two launches, the row's first chunk writes its results.
     std::string writes = block_ ? std::string(dialect_.thread_index) + " == 0" : "";
     if (split_->two_launches()) {
       writes += (writes.empty() ? "" : " && ") + std::string("lf_chunk == 0");
     }
-    w_.Open("if (" + (writes.empty() ? std::string("true") : writes) + ")");
-    StoreOutputs(KernelIndex{shape, "row", {}}, /*row_level=*/true);
-    w_.Close();
+    StoreRowResults(w_, group_, reduction_index_, rule_.kind, writes);
   }
 
   std::string Result(size_t output, const std::string& value) {
-    const at::ScalarType dtype = program_.buffers[step_.outputs[output]].dtype;
-    const std::string type = RegisterTypeName(dtype);
-    const std::string var = w_.NewVar("r");
-    w_.Line("const " + type + " " + var + " = " +
-            RoundToDtype(dtype, "(" + type + ")(" + value + ")") + ";");
-    return var;
+    return Rounded(w_, program_.buffers[step_.outputs[output]].dtype, value, "r");
   }
 
   void EmitPhases() {
@@ -477,6 +482,7 @@ class ReductionKernel {
   std::string stat_;            // the accumulators'
   size_t reduction_index_ = 0;
   std::optional<RowSplit> split_;
+  std::optional<ColumnTiles> tiles_;
 };
 
 }  // namespace

@@ -1,22 +1,23 @@
 #include "kernels/row_outputs.h"
 
+#include <c10/util/Exception.h>
+
 #include <algorithm>
 #include <optional>
 #include <utility>
 
 namespace lazyfuse {
-namespace {
 
-// Rounds `expr` to the output's dtype in a new register.
-std::string Rounded(KernelWriter& w, at::ScalarType dtype, const std::string& expr) {
+std::string Rounded(KernelWriter& w,
+                    at::ScalarType dtype,
+                    const std::string& expr,
+                    const char* prefix) {
   const std::string type = RegisterTypeName(dtype);
-  const std::string var = w.NewVar("v");
+  const std::string var = w.NewVar(prefix);
   w.Line("const " + type + " " + var + " = " + RoundToDtype(dtype, "(" + type + ")(" + expr + ")") +
          ";");
   return var;
 }
-
-}  // namespace
 
 void BindSoftmaxOutput(KernelWriter& writer,
                        const Step& step,
@@ -102,6 +103,47 @@ bool IsRowLevelOutput(const Program& program,
     return !WritesFullShape(kind);
   }
   return false;
+}
+
+void StoreGroupOutputs(KernelWriter& writer,
+                       const FusionGroup& group,
+                       size_t reduction_step,
+                       ReductionKind kind,
+                       const KernelIndex& index,
+                       bool row_level) {
+  for (int store = 0; store < 2; ++store) {
+    for (size_t k = 0; k < group.outputs.size(); ++k) {
+      if (IsRowLevelOutput(writer.program(), group, reduction_step, kind, group.outputs[k]) ==
+          row_level) {
+        store ? writer.Store(k, index) : writer.ComputeOutput(k, index);
+      }
+    }
+  }
+}
+
+void StoreRowResults(KernelWriter& writer,
+                     const FusionGroup& group,
+                     size_t reduction_step,
+                     ReductionKind kind,
+                     const std::string& writes) {
+  const Program& program = writer.program();
+  const bool any = std::any_of(group.outputs.begin(), group.outputs.end(), [&](BufferId id) {
+    return IsRowLevelOutput(program, group, reduction_step, kind, id);
+  });
+  if (!any) {
+    return;
+  }
+  const Step& step = program.steps[reduction_step];
+  const size_t row_output = WritesFullShape(kind) ? 1 : 0;
+  TORCH_CHECK(row_output < step.outputs.size(),
+              "lazyfuse: ",
+              step.qualified_op(),
+              " has no per-row output");
+  const std::vector<int64_t>& shape = program.buffers[step.outputs[row_output]].sizes;
+  writer.Open("if (" + (writes.empty() ? std::string("true") : writes) + ")");
+  StoreGroupOutputs(
+      writer, group, reduction_step, kind, KernelIndex{shape, "row", {}}, /*row_level=*/true);
+  writer.Close();
 }
 
 }  // namespace lazyfuse

@@ -1,9 +1,9 @@
 #pragma once
 
-// The per-element outputs of reductions that write their input's shape
-// (softmax, log_softmax, layer norm), rendered at any index from the row's
-// statistics: the element loop stores them, and epilogue views read them at
-// other indices.
+// A reduction kernel's outputs: those of reductions that write their input's
+// shape (softmax, log_softmax, layer norm), rendered at any index from the
+// row's statistics (the element loop stores them, and epilogue views read
+// them at other indices); which outputs are a row's; and their stores.
 
 #include <functional>
 #include <string>
@@ -12,6 +12,12 @@
 #include "kernels/writer.h"
 
 namespace lazyfuse {
+
+// `expr` rounded to `dtype`, in a new register named from `prefix`.
+std::string Rounded(KernelWriter& writer,
+                    at::ScalarType dtype,
+                    const std::string& expr,
+                    const char* prefix = "v");
 
 // The reduction's input at an index, as the reduction kernel reads it (from
 // its row cache when it holds that element).
@@ -47,5 +53,24 @@ bool IsRowLevelOutput(const Program& program,
                       size_t reduction_step,
                       ReductionKind kind,
                       BufferId id);
+
+// Stores the group's per-row (`row_level`) or per-element outputs at
+// `index`. Every output of a batch is computed before the first is stored,
+// so any output an input reaches may take its memory.
+void StoreGroupOutputs(KernelWriter& writer,
+                       const FusionGroup& group,
+                       size_t reduction_step,
+                       ReductionKind kind,
+                       const KernelIndex& index,
+                       bool row_level);
+
+// Stores the current row's results (the reduction's own output, or layer
+// norm's mean and rstd, and their epilogue) at index `row`, where
+// `writes` holds ("": everywhere).
+void StoreRowResults(KernelWriter& writer,
+                     const FusionGroup& group,
+                     size_t reduction_step,
+                     ReductionKind kind,
+                     const std::string& writes);
 
 }  // namespace lazyfuse
