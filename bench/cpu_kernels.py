@@ -1,9 +1,9 @@
 """Fused CPU kernels side by side with eager and torch.compile, on the CPU.
 
-    python bench/cpu_kernels.py [--max-log2 26] [--out bench/results]
+    python bench/cpu_kernels.py [--max-log2 26] [--out bench/results] [--workloads "column sum"]
 
-For pointwise chains of 1, 4 and 16 ops and for softmax and layer norm at
-sizes 2^12 to 2^max, on all cores: the time per call of eager,
+For pointwise chains of 1, 4 and 16 ops, softmax, layer norm and a column
+sum (rows of 1024) at sizes 2^12 to 2^max, on all cores: the time per call of eager,
 torch.compile (Inductor's C++ backend), lazyfuse with its CPU kernels (the
 default), lazyfuse running ATen steps (LAZYFUSE_CPU_KERNELS=0's path) and
 lazyfuse with no freed outputs kept for reuse (LAZYFUSE_CPU_CACHE_MB=0);
@@ -68,14 +68,23 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--max-log2", type=int, default=26)
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
+    parser.add_argument(
+        "--workloads",
+        type=lambda text: [name.strip() for name in text.split(",")],
+        default=[],
+        help=f"comma-separated, of {', '.join(fused_kernels.WORKLOADS)} (default: all)",
+    )
     options = parser.parse_args()
+    unknown = set(options.workloads) - set(fused_kernels.WORKLOADS)
+    if unknown:
+        parser.error(f"unknown workloads {sorted(unknown)}")
     import lazyfuse
 
     if lazyfuse.config.backing_device().type != "cpu":
         print("bench/cpu_kernels.py measures the CPU backing device (LAZYFUSE_DEVICE=cpu)")
         return 1
     print(f"{torch.get_num_threads()} threads, torch {torch.__version__}", flush=True)
-    rows = sweep(options.max_log2, "cpu", time_engines, copy_gbs)
+    rows = sweep(options.max_log2, "cpu", time_engines, copy_gbs, workloads=options.workloads)
     options.out.mkdir(parents=True, exist_ok=True)
     (options.out / "cpu_kernels.json").write_text(json.dumps(rows, indent=1) + "\n")
     table = "\n".join(kernel_table(rows)) + "\n"

@@ -3,7 +3,7 @@
     python bench/fused_kernels.py [--max-log2 28] [--out bench/results]
 
 Needs a CUDA GPU (it exits with a message otherwise). Reports, for pointwise
-chains of 1, 4 and 16 ops and for softmax and layer norm at sizes 2^12 to
+chains of 1, 4 and 16 ops, softmax, layer norm and a column sum at sizes 2^12 to
 2^max: the time per call of each engine, the achieved GB/s (each input read
 once, each output written once) and that as a percentage of a device-to-device
 copy of the same size measured in the same run. Then kernels launched per
@@ -47,7 +47,12 @@ WORKLOADS: dict[str, Workload] = {
     "pointwise x16": chain(16),
     "softmax": lambda x: torch.softmax(x, -1),
     "layer_norm": layer_norm,
+    # A bias gradient's shape: columns of 1024 summed over the rows.
+    "column sum": lambda x: x.sum(0),
 }
+
+# Workloads over rows of 1024; the column sum writes one row.
+ROW_WORKLOADS = ("softmax", "layer_norm", "column sum")
 
 
 def time_cuda(fn: Callable[[], object], reps: int) -> float:
@@ -68,7 +73,12 @@ def time_cuda(fn: Callable[[], object], reps: int) -> float:
 
 
 def shape_for(name: str, numel: int) -> tuple[int, ...]:
-    return (numel // 1024, 1024) if name in ("softmax", "layer_norm") else (numel,)
+    return (numel // 1024, 1024) if name in ROW_WORKLOADS else (numel,)
+
+
+def bytes_moved(name: str, numel: int) -> int:
+    """Float32 bytes read once and written once."""
+    return (numel + 1024 if name == "column sum" else 2 * numel) * 4
 
 
 def time_engines(
@@ -137,7 +147,7 @@ def sweep(
             fn = WORKLOADS[name]
             times = time_engines(fn, torch.randn(shape_for(name, numel), device=device))
             for engine, seconds in times.items():
-                gbs = 2 * numel * 4 / seconds / 1e9
+                gbs = bytes_moved(name, numel) / seconds / 1e9
                 row = {
                     "workload": name,
                     "numel": numel,

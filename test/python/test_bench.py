@@ -120,7 +120,14 @@ def test_cpu_kernels_bench_times_every_engine(tmp_path: Path) -> None:
     }
     assert {(row["workload"], row["engine"]) for row in rows} == {
         (workload, engine)
-        for workload in ("pointwise x1", "pointwise x4", "pointwise x16", "softmax", "layer_norm")
+        for workload in (
+            "pointwise x1",
+            "pointwise x4",
+            "pointwise x16",
+            "softmax",
+            "layer_norm",
+            "column sum",
+        )
         for engine in engines
     }
     assert all(row["us"] > 0 and row["% of copy"] > 0 for row in rows)
