@@ -127,6 +127,8 @@ const std::unordered_map<std::string, Entry>& PointwiseTable() {
       {"aten::ge.Tensor", {"$0 >= $1", TypeFrom::kInputs}},
       {"aten::ge.Scalar", {"$0 >= $1", TypeFrom::kInputs}},
       {"aten::isnan", {"$r0 != $r0", TypeFrom::kInputs, false, ~0u}},
+      {"aten::isneginf", {"$r0 == -LF_INF", TypeFrom::kInputs, false, ~0u}},
+      {"aten::isposinf", {"$r0 == LF_INF", TypeFrom::kInputs, false, ~0u}},
       {"aten::logical_not", {"!$r0", TypeFrom::kInputs, false, ~0u}},
       {"aten::logical_and", {"$r0 && $r1", TypeFrom::kInputs, false, ~0u}},
       {"aten::logical_or", {"$r0 || $r1", TypeFrom::kInputs, false, ~0u}},
@@ -287,6 +289,21 @@ std::optional<PointwiseRule> PointwiseRuleFor(const Step& step, const Program& p
     rule.operand_dtype = out;
     rule.scalars = ScalarOperands::kFullPrecision;
     return rule;
+  }
+  if (name == "aten::select_backward") {
+    // x.select(0, i)'s gradient: the gradient where the first index is i,
+    // else 0 (an unbound q, k or v). Only dim 0, where the gradient reads as
+    // a broadcast of one dim fewer.
+    const std::vector<int64_t>& sizes = program.buffers[step.outputs[0]].sizes;
+    const std::vector<int64_t>& grad = InputInfo(step, program, 0).sizes;
+    const int64_t rank = static_cast<int64_t>(sizes.size());
+    if (rank == 0 || WrapDim(RequiredAttr(step, "dim").toInt(), sizes.size()) != 0 ||
+        grad != std::vector<int64_t>(sizes.begin() + 1, sizes.end())) {
+      return std::nullopt;
+    }
+    const int64_t index = RequiredAttr(step, "index").toInt();
+    const int64_t wrapped = index < 0 ? index + sizes[0] : index;
+    return PointwiseRule{"($i0 == " + std::to_string(wrapped) + " ? $0 : ($T)0)", OpMathType(out)};
   }
   const auto& table = PointwiseTable();
   auto it = table.find(name);

@@ -41,12 +41,14 @@ std::string AttrLiteral(const Step& step, const std::string& name) {
   TORCH_CHECK(false, "lazyfuse: attribute ", name, " of ", step.qualified_op(), " is not a number");
 }
 
-// Substitutes $k, $rk, $T, $S (the output's StorageSuffix) and @name in a
-// pointwise rule's expression.
+// Substitutes $k, $rk, $T, $S (the output's StorageSuffix), $i0 (the
+// element's index in the output's first dim) and @name in a pointwise
+// rule's expression.
 std::string RenderExpression(const std::string& expr,
                              const std::vector<std::string>& raw,
                              const std::string& compute_type,
                              at::ScalarType out_dtype,
+                             const std::string& first_dim,
                              const Step& step) {
   std::string out;
   for (size_t i = 0; i < expr.size(); ++i) {
@@ -56,6 +58,13 @@ std::string RenderExpression(const std::string& expr,
       if (next == 'T' || next == 'S') {
         out += next == 'T' ? compute_type : StorageSuffix(out_dtype);
         ++i;
+        continue;
+      }
+      if (next == 'i') {
+        TORCH_CHECK(
+            expr.compare(i, 3, "$i0") == 0 && !first_dim.empty(), "lazyfuse: bad rule ", expr);
+        out += "(" + first_dim + ")";
+        i += 2;
         continue;
       }
       const bool as_loaded = next == 'r';
@@ -321,10 +330,14 @@ std::string KernelWriter::Compute(const Step& step, BufferId id, KernelIndex ind
     }
     inputs.push_back(std::move(value));
   }
+  std::string first_dim;
+  if (rule->expr.find("$i0") != std::string::npos) {
+    first_dim = index.shape.empty() ? "0" : Dims(index).front();
+  }
   const at::ScalarType out = program_.buffers[id].dtype;
   const std::string out_type = RegisterTypeName(out);
   const std::string expr =
-      RenderExpression(rule->expr, inputs, RegisterTypeName(rule->compute), out, step);
+      RenderExpression(rule->expr, inputs, RegisterTypeName(rule->compute), out, first_dim, step);
   const std::string var = NewVar("v");
   const std::string converted =
       at::isFloatingType(rule->compute) ? FromFloat(out, expr) : "(" + out_type + ")(" + expr + ")";

@@ -8,7 +8,8 @@ ATen steps only and with fused kernels (emulated on a CPU):
 - index width covers every index a kernel computes, stored or not;
 - Python numbers and 0-dim tensors promote as in eager (wrapped numbers), and
   are rounded to a half or bfloat16 operand's dtype where eager rounds them;
-- which zero a tie of +0 and -0 gives.
+- which zero a tie of +0 and -0 gives;
+- ops whose value depends on the element's index (select_backward).
 """
 
 from __future__ import annotations
@@ -262,6 +263,40 @@ def test_pow_rounds_its_exponent_to_the_base_dtype(engine: str, dtype: torch.dty
     torch.manual_seed(0)
     x = (torch.rand(4096) * 3).to(dtype)
     assert_same(lambda d: [x.to(d).pow(2.1), x.to(d).pow(0.3)])
+
+
+# ---- ops whose value depends on the element's index ----
+
+SPECIALS = torch.tensor([1.5, float("nan"), float("inf"), -float("inf"), -0.0, 0.0, 2.0, -3.0])
+
+
+def _select_grad(g: torch.Tensor, dim: int, index: int) -> torch.Tensor:
+    sizes = list(g.shape)
+    sizes.insert(dim, 3)
+    return torch.ops.aten.select_backward(g * 2, sizes, dim, index)
+
+
+INDEX_OPS: dict[str, Callable[[torch.device], list[torch.Tensor]]] = {
+    # NaN and inf in the gradient stay where it was selected, zeros elsewhere
+    "select_backward_dim0": lambda d: [_select_grad(SPECIALS.to(d).view(2, 4), 0, 1) + 1],
+    "select_backward_negative_index": lambda d: [_select_grad(SPECIALS.to(d).view(2, 4), 0, -1)],
+    "select_backward_half": lambda d: [_select_grad(SPECIALS.to(d).half().view(4, 2), 0, 2)],
+    # other dims stay an ATen call, and meet fused work either side
+    "select_backward_dim1": lambda d: [_select_grad(SPECIALS.to(d).view(2, 4), 1, 0).sin()],
+    "three_selects_summed": lambda d: [
+        sum(_select_grad(SPECIALS.to(d).view(2, 4) * k, 0, k) for k in range(3))
+    ],
+    "isneginf_isposinf": lambda d: [
+        torch.isneginf(SPECIALS.to(d) * 2),
+        torch.isposinf(SPECIALS.to(d).half() - 1),
+        torch.isneginf(torch.arange(-3, 3, device=d)),
+    ],
+}
+
+
+@pytest.mark.parametrize("case", sorted(INDEX_OPS))
+def test_ops_that_read_the_elements_index(engine: str, case: str) -> None:
+    assert_same(INDEX_OPS[case])
 
 
 # ---- signed zeros ----

@@ -218,6 +218,26 @@ def test_a_capturable_adam_step_runs_its_bias_corrections_in_the_update_kernel(
     assert aten == [["aten::addmm"], ["aten::mm"]], aten
 
 
+def test_attention_training_runs_its_qkv_gradient_and_safe_softmax_fused(
+    lazy: torch.device,
+) -> None:
+    # nn.MultiheadAttention selects q, k and v from one projection: their
+    # gradients were three ATen select_backward calls, each zero-filling the
+    # whole projection's gradient, then adds. SDPA's softmax checks its rows
+    # with isneginf, which was an ATen call beside the fused softmax.
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True).to(lazy)
+    x = torch.randn(2, 8, 32, device=lazy)
+    lazyfuse.mark_step()
+    layer(x).sum().backward()
+    grads = [p.grad for p in layer.parameters()]
+    groups = parse_plan(lazyfuse.debug.fusion_plan(grads))
+    aten_ops = [op for kind, ops in groups if kind == "aten" for op in ops]
+    assert "aten::select_backward" not in aten_ops and "aten::isneginf" not in aten_ops
+    (qkv,) = [ops for _, ops in groups if "aten::select_backward" in ops]
+    assert qkv.count("aten::select_backward") == 3
+
+
 def test_linear_gelu_is_one_aten_call_and_one_kernel(lazy: torch.device) -> None:
     x, w, b, r = (torch.randn(s, device=lazy) for s in ((8, 16), (32, 16), (32,), (8, 32)))
     lazyfuse.mark_step()
