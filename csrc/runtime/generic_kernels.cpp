@@ -265,20 +265,14 @@ void SetDynamicKernels(DynamicKernels mode) {
 namespace {
 
 // ChooseKernel, under g_mutex. `generic`: `rendered` is a render preferring
-// another strategy, made to be a template.
+// another strategy, made to be a template. Sets `as_itself` where the render
+// runs as itself, which the caller then renders specialized, unlocked.
 KernelChoice ChooseUnderLock(KernelSource rendered,
                              const void* program,
                              const RenderPreferring& rerender,
-                             const RenderSpecialized& specialize,
                              DynamicKernels mode,
-                             bool generic) {
-  // The render runs as itself: as its specialized render, where there is one.
-  const auto as_itself = [&](KernelChoice& choice) -> KernelChoice& {
-    if (specialize) {
-      choice.source = specialize();
-    }
-    return choice;
-  };
+                             bool generic,
+                             bool& as_itself) {
   KernelChoice choice;
   choice.source = rendered;
   choice.rendered = std::move(rendered);
@@ -314,7 +308,8 @@ KernelChoice ChooseUnderLock(KernelSource rendered,
   for (const LoadedRender& known : skeleton.specialized) {
     if (known.texts == texts) {
       choice.loaded = known.loaded.lock();
-      return as_itself(choice);
+      as_itself = true;
+      return choice;
     }
   }
   for (const auto& candidate : skeleton.templates) {
@@ -327,7 +322,8 @@ KernelChoice ChooseUnderLock(KernelSource rendered,
       (texts == skeleton.first_texts || program == skeleton.first_program)) {
     SayCompiled(choice.rendered,
                 first_render ? "its first render" : "a new shape in the graph of its first render");
-    return as_itself(choice);
+    as_itself = true;
+    return choice;
   }
   if (ServeByAnotherStrategy(choice, rerender)) {
     return choice;
@@ -339,7 +335,8 @@ KernelChoice ChooseUnderLock(KernelSource rendered,
   if (rerender && own.known && !own.block) {
     KernelSource again = rerender(RowStrategy{true, true, 32, 1, own.split});
     if (again.strategy.block) {
-      return ChooseUnderLock(std::move(again), program, {}, {}, mode, /*generic=*/true);
+      bool as_rendered = false;  // another strategy's render runs as rendered, not specialized
+      return ChooseUnderLock(std::move(again), program, {}, mode, /*generic=*/true, as_rendered);
     }
   }
   std::vector<bool> mask =
@@ -349,12 +346,14 @@ KernelChoice ChooseUnderLock(KernelSource rendered,
                   (skeleton.generic_from_start || generic) && skeleton.seen.size() == 1);
   if (std::find(mask.begin(), mask.end(), true) == mask.end()) {
     SayCompiled(choice.rendered, "no literal to vary");
-    return as_itself(choice);
+    as_itself = true;
+    return choice;
   }
   for (const auto& other : skeleton.templates) {
     if (other->record.failed && other->generic == mask) {
       SayCompiled(choice.rendered, "its template did not compile");
-      return as_itself(choice);
+      as_itself = true;
+      return choice;
     }
   }
   skeleton.templates.push_back(
@@ -384,9 +383,17 @@ KernelChoice ChooseKernel(KernelSource rendered,
     choice.rendered = std::move(rendered);
     return choice;
   }
-  std::lock_guard<std::mutex> lock(g_mutex);
-  return ChooseUnderLock(
-      std::move(rendered), program, rerender, specialize, mode, /*generic=*/false);
+  bool as_itself = false;
+  KernelChoice choice;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    choice =
+        ChooseUnderLock(std::move(rendered), program, rerender, mode, /*generic=*/false, as_itself);
+  }
+  if (as_itself && specialize) {
+    choice.source = specialize();  // a render, which needs no lock
+  }
+  return choice;
 }
 
 KernelSource GuessedTemplate(const KernelSource& rendered) {
