@@ -180,12 +180,13 @@ def test_new_shapes_smoke_builds_fewer_kernels_for_the_third_length(tmp_path: Pa
     assert report["steady"]["0"]["steady"] > 0 and report["steady"]["1"]["steady"] > 0
 
 
-def test_alternating_smoke_times_both_engines_on_every_model(tmp_path: Path) -> None:
-    report = smoke_report("alternating", tmp_path)
+def test_alternating_smoke_times_every_engine_on_every_model(tmp_path: Path) -> None:
+    report = smoke_report("alternating", tmp_path, "--replay")
     assert set(report) == {"mlp", "lenet5", "transformer"}
     for figures in report.values():
         assert figures["eager_us"] > 0 and figures["lazyfuse_us"] > 0
         assert figures["lazyfuse_speed_vs_eager"] > 0 and figures["lazyfuse_execute_us"] > 0
+        assert figures["replay_us"] > 0 and figures["replay_speed_vs_eager"] > 0
 
 
 def test_strategy_reuse_smoke_times_both_kernels_and_sees_another_strategy(
