@@ -117,6 +117,11 @@ ALIAS_VIEWS = {
 }
 
 
+# Ops whose step calls a lazyfuse function with the at::_ops signature: its
+# own loop where ATen's is slow on the backing device, else ATen's call.
+OWN_STEPS = {"max_pool2d_with_indices": "lazyfuse::MaxPool2dWithIndicesStep"}  # ops/max_pool_step.h
+
+
 def executed_op(op_name: str, unambiguous: str) -> str:
     """The at::_ops entry a step calls: the view instead of its copy where safe."""
     base, _, overload = op_name.partition(".")
@@ -227,6 +232,7 @@ class GenLazyFuseIR(GenLazyIR):
                 "        return {lf_into};\n"
                 "      }"
             )
+        runs = OWN_STEPS.get(op_name, f"at::_ops::{aten_op}::call")
         capture_block = "\n    ".join(captures)
         read_block = "\n      ".join(reads)
         return f"""{signature} {{
@@ -234,7 +240,7 @@ class GenLazyFuseIR(GenLazyIR):
     ctx.EmitStep(this, lazyfuse::StepKind::{step_kind(op_name)},
         [=](lazyfuse::KernelArgs& args) -> std::vector<at::Tensor> {{
       {read_block}
-      return lazyfuse::AsTensorList(at::_ops::{aten_op}::call({", ".join(call_args)}));
+      return lazyfuse::AsTensorList({runs}({", ".join(call_args)}));
     }}, {{{", ".join(attrs)}}}, "{schema.func.name.overload_name}");
   }}"""
 

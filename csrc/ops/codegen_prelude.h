@@ -15,6 +15,7 @@
 #include "ltc/node.h"
 #include "ops/device_checks.h"
 #include "ops/inference_mode.h"
+#include "ops/max_pool_step.h"
 #include "ops/scalar_operands.h"
 #include "ops/shape_inference.h"
 #include "program/lowering_context.h"
