@@ -2,8 +2,9 @@
 
     python bench/cpu_kernels.py [--max-log2 26] [--out bench/results] [--workloads "column sum"]
 
-For pointwise chains of 1, 4 and 16 ops, softmax, layer norm and a column
-sum (rows of 1024) at sizes 2^12 to 2^max, on all cores: the time per call of eager,
+For pointwise chains of 1, 4 and 16 ops, softmax, layer norm, a column sum
+(rows of 1024) and a 2x2 max pool (planes of 28 x 28) at sizes 2^12 to
+2^max, on all cores: the time per call of eager,
 torch.compile (Inductor's C++ backend), lazyfuse with its CPU kernels (the
 default), lazyfuse running ATen steps (LAZYFUSE_CPU_KERNELS=0's path) and
 lazyfuse with no freed outputs kept for reuse (LAZYFUSE_CPU_CACHE_MB=0);

@@ -3,8 +3,8 @@
     python bench/fused_kernels.py [--max-log2 28] [--out bench/results]
 
 Needs a CUDA GPU (it exits with a message otherwise). Reports, for pointwise
-chains of 1, 4 and 16 ops, softmax, layer norm and a column sum at sizes 2^12 to
-2^max: the time per call of each engine, the achieved GB/s (each input read
+chains of 1, 4 and 16 ops, softmax, layer norm, a column sum and a 2x2 max
+pool at sizes 2^12 to 2^max: the time per call of each engine, the achieved GB/s (each input read
 once, each output written once) and that as a percentage of a device-to-device
 copy of the same size measured in the same run. Then kernels launched per
 training step for the MLP, CNN and Transformer loops, counted with
@@ -49,6 +49,9 @@ WORKLOADS: dict[str, Workload] = {
     "layer_norm": layer_norm,
     # A bias gradient's shape: columns of 1024 summed over the rows.
     "column sum": lambda x: x.sum(0),
+    # LeNet-5's first pool: 2x2 windows over planes of 28 x 28 (an ATen step
+    # that lazyfuse runs with its own loop on the CPU, ops/max_pool_step.h).
+    "max_pool 2x2": lambda x: F.max_pool2d(x, 2),
 }
 
 # Workloads over rows of 1024; the column sum writes one row.
@@ -73,11 +76,16 @@ def time_cuda(fn: Callable[[], object], reps: int) -> float:
 
 
 def shape_for(name: str, numel: int) -> tuple[int, ...]:
+    if name == "max_pool 2x2":
+        return (max(numel // 784, 1), 28, 28)
     return (numel // 1024, 1024) if name in ROW_WORKLOADS else (numel,)
 
 
 def bytes_moved(name: str, numel: int) -> int:
-    """Float32 bytes read once and written once."""
+    """Float32 bytes read once and written once (a pool's quarter of the
+    input as values; its indices, which lazyfuse also writes, not counted)."""
+    if name == "max_pool 2x2":
+        return (numel + numel // 4) * 4
     return (numel + 1024 if name == "column sum" else 2 * numel) * 4
 
 

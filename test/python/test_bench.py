@@ -127,6 +127,7 @@ def test_cpu_kernels_bench_times_every_engine(tmp_path: Path) -> None:
             "softmax",
             "layer_norm",
             "column sum",
+            "max_pool 2x2",
         )
         for engine in engines
     }
