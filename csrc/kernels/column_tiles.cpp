@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "kernels/row_loops.h"
 #include "kernels/strategy_constants.h"
 
 namespace lazyfuse {
@@ -43,14 +44,9 @@ ColumnTiles::ColumnTiles(KernelWriter& writer,
       cols_(ShapeNumel(reduced_shape_)) {}
 
 void ColumnTiles::OpenTiles() {
-  const std::string count = std::to_string(rows_);
   const std::string run = std::to_string(kept_shape_.back());
-  const std::string grid = "(" + idx_ + ")" + dialect_.grid_size;
   w_.Line(StrategyConstant(kTileRowsName, kTileRows));
-  w_.Line("const " + idx_ + " lf_rows = (" + count + " + " + grid + " - 1) / " + grid + ";");
-  w_.Line("const " + idx_ + " lf_first = (" + idx_ + ")" + dialect_.block_index + " * lf_rows;");
-  w_.Line("const " + idx_ + " lf_stop = lf_first + lf_rows < " + count +
-          " ? lf_first + lf_rows : " + count + ";");
+  DeclareBlockRows(w_, dialect_, idx_, rows_);
   // A tile stays within one run of the innermost kept dim, so its rows'
   // dims are the first row's, plus the row's place in the tile.
   w_.Open("for (" + idx_ + " lf_t0 = lf_first, lf_n = 0; lf_t0 < lf_stop; lf_t0 += lf_n)");

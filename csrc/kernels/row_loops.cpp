@@ -73,13 +73,22 @@ void OpenRows(KernelWriter& writer,
     return;
   }
   // Adjacent rows share cache lines when the reduced dims are not innermost.
+  DeclareBlockRows(writer, dialect, idx, rows);
+  writer.Open("for (" + idx + " row = lf_first; row < lf_stop; ++row)");
+  writer.DeclareIndexRange("row", rows);
+}
+
+void DeclareBlockRows(KernelWriter& writer,
+                      const KernelDialect& dialect,
+                      const std::string& index_type,
+                      int64_t rows) {
+  const std::string& idx = index_type;
+  const std::string count = std::to_string(rows);
   const std::string grid = "(" + idx + ")" + dialect.grid_size;
   writer.Line("const " + idx + " lf_rows = (" + count + " + " + grid + " - 1) / " + grid + ";");
   writer.Line("const " + idx + " lf_first = (" + idx + ")" + dialect.block_index + " * lf_rows;");
   writer.Line("const " + idx + " lf_stop = lf_first + lf_rows < " + count +
               " ? lf_first + lf_rows : " + count + ";");
-  writer.Open("for (" + idx + " row = lf_first; row < lf_stop; ++row)");
-  writer.DeclareIndexRange("row", rows);
 }
 
 KernelIndex RowElementIndex(KernelWriter& writer,

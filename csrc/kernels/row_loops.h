@@ -50,6 +50,12 @@ void OpenRows(KernelWriter& writer,
               int64_t rows,
               bool per_block);
 
+// A serial block's adjacent share of `rows` rows, [lf_first, lf_stop).
+void DeclareBlockRows(KernelWriter& writer,
+                      const KernelDialect& dialect,
+                      const std::string& index_type,
+                      int64_t rows);
+
 // The index into `domain` of column `col` of the current row, whose kept
 // dims are `row_dims`; `dims` are the reduced ones, of `reduced_shape`.
 KernelIndex RowElementIndex(KernelWriter& writer,
