@@ -14,6 +14,8 @@ constexpr int kTileRows = 256;
 // about the chunk plus the chunks, not with the columns (eager's cascade
 // sum adds in chunks of 16, on more levels).
 constexpr int kChunkColumns = 32;
+// A 64-byte line of floats: the fewest rows a block takes.
+constexpr int64_t kRowsPerBlock = 16;
 constexpr const char* kTileRowsName = "lf_tile";
 constexpr const char* kChunkColumnsName = "lf_chunk";
 }  // namespace
@@ -42,6 +44,10 @@ ColumnTiles::ColumnTiles(KernelWriter& writer,
       reduced_shape_(std::move(reduced_shape)),
       rows_(ShapeNumel(kept_shape_)),
       cols_(ShapeNumel(reduced_shape_)) {}
+
+int64_t ColumnTiles::work_items() const {
+  return (rows_ + kRowsPerBlock - 1) / kRowsPerBlock;
+}
 
 void ColumnTiles::OpenTiles() {
   const std::string run = std::to_string(kept_shape_.back());

@@ -36,6 +36,9 @@ class ColumnTiles {
               std::vector<int64_t> kept_shape,
               std::vector<int64_t> reduced_shape);
 
+  // Work items for the launch's grid: a block takes at least a cache line's
+  // worth of rows, as blocks with fewer read every column's line again.
+  int64_t work_items() const;
   // Opens the loop over this block's rows, a tile at a time (in place of
   // row_loops.h's OpenRows).
   void OpenTiles();

@@ -103,7 +103,7 @@ class ReductionKernel {
 
   std::string Body() {
     out_.launch = block_ ? LaunchShape::kBlockPerRow : LaunchShape::kThreadPerRow;
-    out_.work_items = rows_;
+    out_.work_items = tiles_ ? tiles_->work_items() : rows_;
     const RowBlockNeeds needs{
         rows_, cols_, vector_width_, block_limit_, multi_pass_, !OnlineSoftmax() && !Welford()};
     out_.block_size = block_ ? RowBlockThreads(prefer_, needs) : 128;
