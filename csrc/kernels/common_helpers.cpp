@@ -163,13 +163,23 @@ template <typename T> __device__ __forceinline__ T lf_clamp_min(T x, T lo) {
 template <typename T> __device__ __forceinline__ T lf_clamp_max(T x, T hi) {
   return lf_isnan(hi) ? hi : (lf_isnan(x) ? x : lf_min_number(x, hi));
 }
-// Reductions (amax, amin) keep the value they have on a tie, on every
-// target: eager's reductions combine with std::max and std::min.
+// Reductions (amax, amin) combine what they have, `a`, with a later value
+// `b`. Of two equal values (+0 and -0) CPU eager keeps the one it has; CUDA
+// eager takes the later one (seen on an H200: amax of [-0, 0] is 0, of
+// [0, -0] is -0). Each target's prelude says which (LF_REDUCTION_TIES_TAKE_LATER).
 template <typename T> __device__ __forceinline__ T lf_max_combine(T a, T b) {
+#if LF_REDUCTION_TIES_TAKE_LATER
+  return lf_isnan(a) ? a : (lf_isnan(b) ? b : (b < a ? a : b));
+#else
   return lf_isnan(a) ? a : (lf_isnan(b) ? b : (a < b ? b : a));
+#endif
 }
 template <typename T> __device__ __forceinline__ T lf_min_combine(T a, T b) {
+#if LF_REDUCTION_TIES_TAKE_LATER
+  return lf_isnan(a) ? a : (lf_isnan(b) ? b : (a < b ? a : b));
+#else
   return lf_isnan(a) ? a : (lf_isnan(b) ? b : (b < a ? b : a));
+#endif
 }
 template <typename T> __device__ __forceinline__ T lf_lerp(T a, T b, T w) {
   return lf_abs(w) < (T)0.5 ? a + w * (b - a) : b - (b - a) * ((T)1 - w);

@@ -31,6 +31,7 @@ constexpr const char* kHostBuiltins = R"CPP(
   // and whose maximum, minimum and relu keep the first operand on a tie of
   // +0 and -0 (see lf_max_number).
 #define LF_ZERO_TIES_AS_FMAX 0
+#define LF_REDUCTION_TIES_TAKE_LATER 0
   // and whose add and sub round a CPU scalar to a half operand's dtype.
 #define LF_HOST_SCALAR_HALF(x) lf_round_half(x)
 #define LF_HOST_SCALAR_BF16(x) lf_round_bf16(x)

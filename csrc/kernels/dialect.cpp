@@ -21,6 +21,8 @@ typedef unsigned short lf_bf16;
 #define LF_HALF_POW_ROOTS_AS_POW 0
 // CUDA eager's maximum and relu are fmaxf: its choice between +0 and -0.
 #define LF_ZERO_TIES_AS_FMAX 1
+// CUDA eager's amax and amin take the later of two equal values.
+#define LF_REDUCTION_TIES_TAKE_LATER 1
 // CUDA eager computes add's alpha * other and div's quotient in float.
 #define LF_ROUNDS_INNER_RESULTS 0
 // CUDA eager's add and sub read a CPU scalar at full precision

@@ -320,7 +320,8 @@ SIGNED_ZERO_OPS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]]
 @pytest.mark.parametrize("op", sorted(SIGNED_ZERO_OPS))
 def test_which_zero_a_tie_gives(engine: str, op: str) -> None:
     """Eager on the CPU (which the emulated kernels follow) keeps the first of
-    two equal zeros; on a GPU, CUDA eager's maximum and relu are fmaxf."""
+    two equal zeros; on a GPU, CUDA eager's maximum and relu are fmaxf, and
+    its amax and amin keep the later one (seen on an H200)."""
     fn = SIGNED_ZERO_OPS[op]
     device = lazyfuse.config.backing_device()
     expected = fn(ZEROS.to(device), OTHER.to(device)).cpu()
