@@ -176,6 +176,9 @@ def bench_training(
                     row["windows steps/s"] = [round(rate, 1) for rate in windows_read]
                 if hasattr(step, "replayed_calls"):
                     row["replayed calls"] = step.replayed_calls
+                    row["graph launches"] = step.graph_launches
+                    if step.graph_launches == 0:
+                        row["not one graph"] = step.graph_reason
                 if device.type == "cuda":
                     row["kernels/step"] = count_kernels(step)
             except Exception as error:  # noqa: BLE001 - one engine's failure is a result

@@ -11,6 +11,7 @@
 
 #include "ltc/backend_data.h"
 #include "ltc/graph_executor.h"
+#include "ltc/replay_binding.h"
 
 namespace lazyfuse {
 namespace {
@@ -20,41 +21,6 @@ ReplayOutcome Refuse(ReplayStatus status, std::string why) {
   outcome.status = status;
   outcome.why = std::move(why);
   return outcome;
-}
-
-bool ArgumentMatches(const RecordedArgument& recorded, const at::Tensor& argument) {
-  if (!argument.defined() || argument.scalar_type() != recorded.dtype ||
-      argument.sizes() != c10::IntArrayRef(recorded.sizes)) {
-    return false;
-  }
-  if (recorded.lazy) {
-    return torch::lazy::TryGetLtcTensor(argument) != nullptr;
-  }
-  return argument.device() == recorded.device &&
-         argument.strides() == c10::IntArrayRef(recorded.strides);
-}
-
-// The data a lazy tensor (or its storage base) holds now: null with
-// `pending` set when it still has IR, which a replay cannot read.
-torch::lazy::BackendDataPtr DataOf(const at::Tensor& tensor, bool* pending, bool via_base = false) {
-  if (at::functionalization::impl::isFunctionalTensor(tensor)) {
-    at::functionalization::impl::sync(tensor);
-  }
-  torch::lazy::LazyTensorPtr lazy =
-      via_base ? LazyStorageBase(tensor) : torch::lazy::TryGetLtcTensor(tensor);
-  if (lazy == nullptr) {
-    return nullptr;
-  }
-  if (lazy->CurrentIrValue()) {
-    *pending = true;
-    return nullptr;
-  }
-  return lazy->CurrentDataHandle();
-}
-
-bool SameShape(const torch::lazy::BackendDataPtr& data, const torch::lazy::Shape& shape) {
-  return data->shape().scalar_type() == shape.scalar_type() &&
-         data->shape().sizes() == shape.sizes();
 }
 
 // A replay leaves a parameter and its storage base holding one tensor
@@ -81,29 +47,6 @@ bool ShareWithBase(const at::Tensor& view, const torch::lazy::BackendDataPtr& da
   }
   base->SetDataHandle(data);
   return true;
-}
-
-at::Tensor GradOf(const WeakTensor& parameter) {
-  at::Tensor owner(parameter.lock());
-  return owner.defined() ? owner.grad() : at::Tensor();
-}
-
-// Gives `target` (and its storage base) the step's new value in place, as a
-// sync gives a tensor its computed data: no IR, no functionalization update,
-// so the tensor and its base stay in step with each other.
-void SetValue(const at::Tensor& target,
-              const RecordedWrite& write,
-              const std::vector<torch::lazy::BackendDataPtr>& results) {
-  torch::lazy::TryGetLtcTensor(target)->SetDataHandle(results.at(write.result));
-  if (write.base_result) {
-    if (torch::lazy::LazyTensorPtr base = LazyStorageBase(target)) {
-      base->SetDataHandle(results.at(*write.base_result));
-    }
-  }
-}
-
-at::Tensor LazyTensorOf(const torch::lazy::BackendDataPtr& data) {
-  return torch::lazy::CreateAtenFromLtcTensor(torch::lazy::LazyTensor::Create(data));
 }
 
 }  // namespace
@@ -133,8 +76,7 @@ ReplayOutcome Replay(const StepRecord& record, const std::vector<at::Tensor>& ar
         data[j] = DataOf(arguments[input.index], &pending);
         break;
       case InputSource::kLive: {
-        at::Tensor tensor =
-            IsSet(input.grad_of) ? GradOf(input.grad_of) : at::Tensor(input.live.lock());
+        at::Tensor tensor = BoundTensor(input);
         if (!tensor.defined()) {
           return Refuse(ReplayStatus::kGuardFailed,
                         "a tensor the step reads was freed (or a gradient it reads is None)");
@@ -198,8 +140,7 @@ ReplayOutcome Replay(const StepRecord& record, const std::vector<at::Tensor>& ar
             current.unsafeGetTensorImpl() == write.target._unsafe_get_target()) {
           SetValue(current, write, results);
         } else {
-          parameter.mutable_grad() =
-              at::functionalization::impl::to_functional_tensor(LazyTensorOf(result));
+          SetNewGrad(parameter, result);
         }
         continue;
       }
@@ -211,20 +152,7 @@ ReplayOutcome Replay(const StepRecord& record, const std::vector<at::Tensor>& ar
     overwrites.RaiseIfFailed();
   }
   ReplayOutcome outcome;
-  for (const RecordedReturn& entry : record.returns) {
-    switch (entry.kind) {
-      case RecordedReturn::Kind::kResult:
-        outcome.returned.push_back(at::functionalization::impl::to_functional_tensor(
-            LazyTensorOf(results.at(entry.index))));
-        break;
-      case RecordedReturn::Kind::kArgument:
-        outcome.returned.push_back(arguments[entry.index]);
-        break;
-      case RecordedReturn::Kind::kAsIs:
-        outcome.returned.push_back(entry.as_is);
-        break;
-    }
-  }
+  outcome.returned = ReturnedTensors(record, arguments, results);
   TORCH_LAZY_COUNTER("LazyFuseStepsReplayed", 1);
   return outcome;
 }

@@ -2,6 +2,7 @@
 
 #include <torch/csrc/utils/pybind.h>
 
+#include "ltc/static_step.h"
 #include "ltc/step_replay.h"
 #include "python/bindings.h"
 
@@ -82,6 +83,26 @@ void BindStepReplay(py::module& m) {
   m.def("_record_disagreement", [](const StepRecord& previous, const StepRecord& next) {
     return Disagreement(previous, next);
   });
+  py::class_<StaticStep, std::shared_ptr<StaticStep>>(m, "_StaticStep")
+      .def("bind",
+           [](StaticStep& step, const std::vector<at::Tensor>& arguments) {
+             std::string why;
+             bool bound = false;
+             {
+               py::gil_scoped_release release;
+               bound = step.Bind(arguments, &why);
+             }
+             return py::make_tuple(bound, why);
+           })
+      .def("run", &StaticStep::Run, py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("why", &StaticStep::why)
+      .def("finish", &StaticStep::Finish, py::call_guard<py::gil_scoped_release>());
+  m.def("_static_step",
+        [](std::shared_ptr<StepRecord> record, const std::vector<at::Tensor>& arguments) {
+          std::string why;
+          std::shared_ptr<StaticStep> step = StaticStep::Plan(std::move(record), arguments, &why);
+          return py::make_tuple(std::move(step), why);
+        });
   m.def("_replay", [](const StepRecord& record, const std::vector<at::Tensor>& arguments) {
     ReplayOutcome outcome;
     {

@@ -30,6 +30,16 @@ from lazyfuse import _C
 __all__ = ["ReplayedStep"]
 
 _DONE, _INPUT_PENDING = 0, 1
+# A replayed step as one CUDA graph (csrc/ltc/static_step.h). "auto": on a
+# CUDA backing device; "0": never; "emulate": on any device, on the same
+# static memory, with the step's own run where a graph would launch (what
+# the CPU tests check).
+_CUDA_GRAPHS_MODES = ("auto", "0", "emulate")
+# Graphs that fail (no plan, a failed capture, dropped within two launches)
+# before a step stays a plain replay: each costs a capture and a memory pool.
+_MAX_GRAPH_FAILURES = 3
+# A step on static memory (lazyfuse._C._StaticStep) and what launches it.
+_Graph = tuple[Any, Callable[[], object]]
 # LAZYFUSE_DEBUG=1 prints each capture's outcome and each call traced instead
 # of replayed, with why; 2 also each replayed call.
 _DEBUG = int(os.environ.get("LAZYFUSE_DEBUG", "0") or 0)
@@ -187,6 +197,15 @@ class ReplayedStep:
         self.replayed_calls = 0
         self.last_reason = ""  # why the last call was not replayed
         self._label = f"lazyfuse.compile({getattr(fn, '__qualname__', fn)!r}, replay=True)"
+        self.graph_launches = 0
+        self.graph_reason = ""  # why the last call was not one graph launch
+        mode = os.environ.get("LAZYFUSE_CUDA_GRAPHS", "auto") or "auto"
+        if mode not in _CUDA_GRAPHS_MODES:
+            raise ValueError(
+                f"LAZYFUSE_CUDA_GRAPHS={mode!r}: expected one of {', '.join(_CUDA_GRAPHS_MODES)}"
+            )
+        on_cuda = _C._backing_device().startswith("cuda")
+        self._graph_mode = {"emulate": "emulate", "auto": "cuda" if on_cuda else None}.get(mode)
         self.reset()
 
     def _log(self, level: int, message: str) -> None:
@@ -206,6 +225,9 @@ class ReplayedStep:
         self._disagreements = 0
         self._pause_until = 0
         self._warned = False
+        self._graph: _Graph | None = None
+        self._graph_failures = 0
+        self._launches_since_capture = 0
 
     # ---- the call ----
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -237,6 +259,10 @@ class ReplayedStep:
         return self._trace(args, kwargs, tensors, key)
 
     def _replay(self, tensors: list[torch.Tensor]) -> list[torch.Tensor] | None:
+        if self._graph_mode is not None:
+            returned = self._launch_graph(tensors)
+            if returned is not None:
+                return returned
         status, why, returned = _C._replay(self._record, tensors)
         if status == _INPUT_PENDING:
             # What the traced call's entry would sync anyway.
@@ -246,6 +272,60 @@ class ReplayedStep:
             self.last_reason = why
             return None
         return returned
+
+    # ---- a replay as one CUDA graph ----
+    def _launch_graph(self, tensors: list[torch.Tensor]) -> list[torch.Tensor] | None:
+        if self._graph is None:
+            # From the second replay on: the first ran every kernel once.
+            if self.replayed_calls < 1 or self._graph_failures >= _MAX_GRAPH_FAILURES:
+                return None
+            self._graph = self._capture_graph(tensors)
+            if self._graph is None:
+                self._graph_failures += 1
+                self._log(1, f"not one graph: {self.graph_reason}")
+                return None
+        step, launch = self._graph
+        bound, why = step.bind(tensors)
+        if bound and launch() is False:
+            bound, why = False, step.why
+        if not bound:
+            self._drop_graph(why)
+            return None
+        self.graph_launches += 1
+        self._launches_since_capture += 1
+        return step.finish(tensors)
+
+    def _capture_graph(self, tensors: list[torch.Tensor]) -> _Graph | None:
+        step, why = _C._static_step(self._record, tensors)
+        if step is None:
+            self.graph_reason = why
+            return None
+        self._launches_since_capture = 0
+        if self._graph_mode == "emulate":
+            return step, step.run
+        bound, why = step.bind(tensors)  # the capture reads the arguments' buffers
+        if not bound:
+            self.graph_reason = why
+            return None
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph):
+                ran = step.run()
+        except Exception as error:  # noqa: BLE001 - the call then replays as usual
+            self.graph_reason = f"the capture failed: {type(error).__name__}: {error}"
+            return None
+        if not ran:
+            self.graph_reason = step.why
+            return None
+        self._log(1, "captured one CUDA graph")
+        return step, graph.replay
+
+    def _drop_graph(self, why: str) -> None:
+        if self._graph is not None and self._launches_since_capture < 2:
+            self._graph_failures += 1
+        self._graph = None
+        self.graph_reason = why
+        self._log(1, f"graph dropped: {why}")
 
     def _trace(self, args: Any, kwargs: Any, tensors: list[torch.Tensor], key: object) -> Any:
         from lazyfuse import mark_step
@@ -331,6 +411,8 @@ class ReplayedStep:
         checked = self._record is not None and self._since_check >= self.check_every
         self._outputs = outputs
         self._log(1, f"captured; {'replays from the next call' if not why else why}")
+        if self._graph is not None:
+            self._drop_graph("the step was captured again")
         if not why:
             self._record, self._candidate = record, None
             self._guards, self._optimizers = guards, optimizers

@@ -1,0 +1,96 @@
+// What replays share (see replay_binding.h).
+
+#include "ltc/replay_binding.h"
+
+#include <ATen/FunctionalTensorWrapper.h>
+#include <torch/csrc/lazy/core/tensor.h>
+
+namespace lazyfuse {
+namespace {
+
+at::Tensor LazyTensorOf(const torch::lazy::BackendDataPtr& data) {
+  return torch::lazy::CreateAtenFromLtcTensor(torch::lazy::LazyTensor::Create(data));
+}
+
+}  // namespace
+
+bool ArgumentMatches(const RecordedArgument& recorded, const at::Tensor& argument) {
+  if (!argument.defined() || argument.scalar_type() != recorded.dtype ||
+      argument.sizes() != c10::IntArrayRef(recorded.sizes)) {
+    return false;
+  }
+  if (recorded.lazy) {
+    return torch::lazy::TryGetLtcTensor(argument) != nullptr;
+  }
+  return argument.device() == recorded.device &&
+         argument.strides() == c10::IntArrayRef(recorded.strides);
+}
+
+torch::lazy::BackendDataPtr DataOf(const at::Tensor& tensor, bool* pending, bool via_base) {
+  if (at::functionalization::impl::isFunctionalTensor(tensor)) {
+    at::functionalization::impl::sync(tensor);
+  }
+  torch::lazy::LazyTensorPtr lazy =
+      via_base ? LazyStorageBase(tensor) : torch::lazy::TryGetLtcTensor(tensor);
+  if (lazy == nullptr) {
+    return nullptr;
+  }
+  if (lazy->CurrentIrValue()) {
+    *pending = true;
+    return nullptr;
+  }
+  return lazy->CurrentDataHandle();
+}
+
+bool SameShape(const torch::lazy::BackendDataPtr& data, const torch::lazy::Shape& shape) {
+  return data->shape().scalar_type() == shape.scalar_type() &&
+         data->shape().sizes() == shape.sizes();
+}
+
+at::Tensor GradOf(const WeakTensor& parameter) {
+  at::Tensor owner(parameter.lock());
+  return owner.defined() ? owner.grad() : at::Tensor();
+}
+
+void SetValue(const at::Tensor& target,
+              const RecordedWrite& write,
+              const std::vector<torch::lazy::BackendDataPtr>& results) {
+  torch::lazy::TryGetLtcTensor(target)->SetDataHandle(results.at(write.result));
+  if (write.base_result) {
+    if (torch::lazy::LazyTensorPtr base = LazyStorageBase(target)) {
+      base->SetDataHandle(results.at(*write.base_result));
+    }
+  }
+}
+
+at::Tensor BoundTensor(const RecordedInput& input) {
+  return IsSet(input.grad_of) ? GradOf(input.grad_of) : at::Tensor(input.live.lock());
+}
+
+void SetNewGrad(const at::Tensor& parameter, const torch::lazy::BackendDataPtr& result) {
+  at::Tensor grad = parameter;
+  grad.mutable_grad() = at::functionalization::impl::to_functional_tensor(LazyTensorOf(result));
+}
+
+std::vector<at::Tensor> ReturnedTensors(const StepRecord& record,
+                                        const std::vector<at::Tensor>& arguments,
+                                        const std::vector<torch::lazy::BackendDataPtr>& results) {
+  std::vector<at::Tensor> returned;
+  for (const RecordedReturn& entry : record.returns) {
+    switch (entry.kind) {
+      case RecordedReturn::Kind::kResult:
+        returned.push_back(at::functionalization::impl::to_functional_tensor(
+            LazyTensorOf(results.at(entry.index))));
+        break;
+      case RecordedReturn::Kind::kArgument:
+        returned.push_back(arguments[entry.index]);
+        break;
+      case RecordedReturn::Kind::kAsIs:
+        returned.push_back(entry.as_is);
+        break;
+    }
+  }
+  return returned;
+}
+
+}  // namespace lazyfuse

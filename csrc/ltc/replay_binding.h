@@ -1,0 +1,46 @@
+#pragma once
+
+// What a replay (step_replay.cpp) and a replay on static memory
+// (step_graph.cpp) share: reading the data a record's tensors hold now,
+// and handing the step's results back to them.
+
+#include <ATen/Tensor.h>
+#include <torch/csrc/lazy/backend/backend_data.h>
+
+#include <vector>
+
+#include "ltc/step_replay.h"
+
+namespace lazyfuse {
+
+bool ArgumentMatches(const RecordedArgument& recorded, const at::Tensor& argument);
+
+// The data a lazy tensor (or its storage base) holds now: null with
+// `pending` set when it still has IR, which a replay cannot read.
+torch::lazy::BackendDataPtr DataOf(const at::Tensor& tensor, bool* pending, bool via_base = false);
+
+bool SameShape(const torch::lazy::BackendDataPtr& data, const torch::lazy::Shape& shape);
+
+// The live tensor `input` binds: itself, or the gradient of its parameter
+// (undefined when either is gone).
+at::Tensor BoundTensor(const RecordedInput& input);
+
+// The current gradient of `parameter`, if both are alive.
+at::Tensor GradOf(const WeakTensor& parameter);
+
+// Gives `target` (and its storage base) the step's new value in place, as a
+// sync gives a tensor its computed data: no IR, no functionalization update,
+// so the tensor and its base stay in step with each other.
+void SetValue(const at::Tensor& target,
+              const RecordedWrite& write,
+              const std::vector<torch::lazy::BackendDataPtr>& results);
+
+// A gradient the step made anew: `result` becomes the parameter's .grad.
+void SetNewGrad(const at::Tensor& parameter, const torch::lazy::BackendDataPtr& result);
+
+// The tensors a replayed call returns, `results` read as the record says.
+std::vector<at::Tensor> ReturnedTensors(const StepRecord& record,
+                                        const std::vector<at::Tensor>& arguments,
+                                        const std::vector<torch::lazy::BackendDataPtr>& results);
+
+}  // namespace lazyfuse
