@@ -98,3 +98,35 @@ def mlp() -> tuple[torch.nn.Module, Any, Callable[..., Any]]:
     ).to(DEV)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     return model, opt, training_step(model, opt)
+
+
+def cnn() -> tuple[torch.nn.Module, Any, Callable[..., Any]]:
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(1, 4, 3),
+        torch.nn.BatchNorm2d(4),
+        torch.nn.ReLU(),
+        torch.nn.MaxPool2d(2),
+        torch.nn.Flatten(),
+        torch.nn.Linear(4 * 3 * 3, 10),
+    ).to(DEV)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    return model, opt, training_step(model, opt, F.cross_entropy)
+
+
+def transformer(dropout: float = 0.1) -> tuple[torch.nn.Module, Any, Callable[..., Any]]:
+    model = torch.nn.Sequential(
+        torch.nn.TransformerEncoderLayer(16, 2, 32, dropout=dropout, batch_first=True),
+        torch.nn.Linear(16, 4),
+    ).to(DEV)
+    opt = torch.optim.AdamW(
+        model.parameters(), lr=torch.tensor(1e-2, device=DEV), capturable=True, weight_decay=0.01
+    )
+
+    def step(x, y):
+        opt.zero_grad()
+        loss = F.mse_loss(model(x)[:, 0], y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    return model, opt, step

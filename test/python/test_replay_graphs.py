@@ -17,8 +17,10 @@ from replay_helpers import (
     DEV,
     STEPS,
     assert_replays_like_traced,
+    cnn,
     make_batches,
     training_step,
+    transformer,
 )
 
 import lazyfuse
@@ -40,43 +42,15 @@ def _mlp() -> tuple[torch.nn.Module, Any, Callable[..., Any]]:
     return model, opt, training_step(model, opt)
 
 
-def _cnn() -> tuple[torch.nn.Module, Any, Callable[..., Any]]:
-    model = torch.nn.Sequential(
-        torch.nn.Conv2d(1, 4, 3),
-        torch.nn.BatchNorm2d(4),
-        torch.nn.ReLU(),
-        torch.nn.MaxPool2d(2),
-        torch.nn.Flatten(),
-        torch.nn.Linear(4 * 3 * 3, 10),
-    ).to(DEV)
-    opt = torch.optim.SGD(model.parameters(), lr=0.05)
-    return model, opt, training_step(model, opt, F.cross_entropy)
-
-
 def _transformer() -> tuple[torch.nn.Module, Any, Callable[..., Any]]:
-    model = torch.nn.Sequential(
-        torch.nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True),
-        torch.nn.Linear(16, 4),
-    ).to(DEV)
-    opt = torch.optim.AdamW(
-        model.parameters(), lr=torch.tensor(1e-2, device=DEV), capturable=True, weight_decay=0.01
-    )
-
-    def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        opt.zero_grad()
-        loss = F.mse_loss(model(x)[:, 0], y)
-        loss.backward()
-        opt.step()
-        return loss
-
-    return model, opt, step
+    return transformer(dropout=0.0)  # dropout's seeds keep a step from being one graph
 
 
 @pytest.mark.parametrize(
     "build, x_shape, y_shape, classes",
     [
         (_mlp, (6, 8), (6, 4), 0),
-        (_cnn, (4, 1, 8, 8), (4,), 10),
+        (cnn, (4, 1, 8, 8), (4,), 10),
         (_transformer, (3, 5, 16), (3, 4), 0),
     ],
     ids=["mlp_sgd_momentum", "cnn_batchnorm", "transformer_capturable_adamw"],

@@ -15,10 +15,12 @@ from replay_helpers import (
     STEPS,
     Build,
     assert_replays_like_traced,
+    cnn,
     make_batches,
     mlp,
     run,
     training_step,
+    transformer,
 )
 
 import lazyfuse
@@ -29,47 +31,15 @@ def testmlp_with_sgd_momentum_replays_bit_identical():
     assert fn.traced_calls <= 3
 
 
-def _cnn() -> tuple[torch.nn.Module, Any, Callable[..., Any]]:
-    model = torch.nn.Sequential(
-        torch.nn.Conv2d(1, 4, 3),
-        torch.nn.BatchNorm2d(4),
-        torch.nn.ReLU(),
-        torch.nn.MaxPool2d(2),
-        torch.nn.Flatten(),
-        torch.nn.Linear(4 * 3 * 3, 10),
-    ).to(DEV)
-    opt = torch.optim.SGD(model.parameters(), lr=0.05)
-    return model, opt, training_step(model, opt, F.cross_entropy)
-
-
-def test_cnn_with_batchnorm_switched_to_eval_replays_bit_identical():
+def testcnn_with_batchnorm_switched_to_eval_replays_bit_identical():
     def switch(i: int, objects: Any) -> None:
         if i == 9:
             objects[0].eval()
 
     fn = assert_replays_like_traced(
-        _cnn, make_batches(STEPS, (4, 1, 8, 8), (4,), classes=10), between=switch, min_replays=12
+        cnn, make_batches(STEPS, (4, 1, 8, 8), (4,), classes=10), between=switch, min_replays=12
     )
     assert fn.traced_calls <= 6  # two captures per mode, plus the first
-
-
-def _transformer() -> tuple[torch.nn.Module, Any, Callable[..., Any]]:
-    model = torch.nn.Sequential(
-        torch.nn.TransformerEncoderLayer(16, 2, 32, dropout=0.1, batch_first=True),
-        torch.nn.Linear(16, 4),
-    ).to(DEV)
-    opt = torch.optim.AdamW(
-        model.parameters(), lr=torch.tensor(1e-2, device=DEV), capturable=True, weight_decay=0.01
-    )
-
-    def step(x, y):
-        opt.zero_grad()
-        loss = F.mse_loss(model(x)[:, 0], y)
-        loss.backward()
-        opt.step()
-        return loss
-
-    return model, opt, step
 
 
 def _step_lr_every_call(step_size: int) -> Callable[[int, Any], None]:
@@ -87,7 +57,7 @@ def _step_lr_every_call(step_size: int) -> Callable[[int, Any], None]:
 def test_transformer_with_capturable_adamw_and_scheduler_replays_bit_identical():
     # The scheduler fills the tensor lr: the step reads it, so nothing is frozen.
     assert_replays_like_traced(
-        _transformer,
+        transformer,
         make_batches(STEPS, (3, 5, 16), (3, 4)),
         between=_step_lr_every_call(5),
         min_replays=15,
@@ -96,7 +66,7 @@ def test_transformer_with_capturable_adamw_and_scheduler_replays_bit_identical()
 
 def test_a_scheduler_stepped_inside_the_step_is_not_frozen():
     def build():
-        model, opt, step = _transformer()
+        model, opt, step = transformer()
         sched = torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.5)
 
         def step_and_schedule(x, y):
@@ -286,8 +256,8 @@ def test_hugging_face_models_replay_bit_identical(kind: str):
     "build, x_shape, y_shape, classes",
     [
         (mlp, (6, 8), (6, 4), 0),
-        (_cnn, (4, 1, 8, 8), (4,), 10),
-        (_transformer, (3, 5, 16), (3, 4), 0),
+        (cnn, (4, 1, 8, 8), (4,), 10),
+        (transformer, (3, 5, 16), (3, 4), 0),
     ],
     ids=["mlp_sgd_momentum", "cnn_batchnorm", "transformer_adamw"],
 )
