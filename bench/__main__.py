@@ -37,7 +37,9 @@ class Worker:
     """One engine's process for one case."""
 
     def __init__(self, engine: EngineSpec, case: CaseSpec, log: Path) -> None:
-        env = {**os.environ, **engine.env, "PYTHONPATH": str(ROOT)}
+        # The caller's PYTHONPATH too: it may name the lazyfuse to measure.
+        path = [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+        env = {**os.environ, **engine.env, "PYTHONPATH": os.pathsep.join(path)}
         self.log = log.open("a")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "bench.worker", "--engine", engine.name, "--case", case.name],

@@ -139,9 +139,9 @@ std::shared_ptr<StaticStep> StaticStep::Plan(std::shared_ptr<const StepRecord> r
       homes.base_holder = base;
     }
   }
-  // Every holder of a home's memory must be one of its holders: anything
-  // else (a kept detach(), a tensor the step does not write) would see the
-  // launch write over it.
+  // Nothing but a home's holders may hold its memory: anything else (a
+  // kept detach(), a tensor the step only reads) would see a launch write
+  // over it.
   for (Home& home : step->homes_) {
     long ours = 0;
     for (const auto& data : step->inputs_) {

@@ -286,6 +286,9 @@ class ReplayedStep:
                 return None
         step, launch = self._graph
         bound, why = step.bind(tensors)
+        if not bound and "pending IR" in why:
+            _C._mark_step(False)  # what a replay would sync anyway
+            bound, why = step.bind(tensors)
         if bound and launch() is False:
             bound, why = False, step.why
         if not bound:

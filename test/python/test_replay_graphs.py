@@ -194,3 +194,14 @@ def test_a_gradient_reset_between_steps_is_made_anew() -> None:
     assert all(torch.equal(a, b) for a, b in zip(traced_losses, losses, strict=True))
     assert all(torch.equal(a, b) for a, b in zip(traced_grads, grads, strict=True))
     assert fn.graph_launches >= 4, fn.graph_reason
+
+
+def test_an_argument_with_pending_ir_is_synced_and_launched() -> None:
+    """`x.to(dev) * 2` reaches the step as IR: it is computed, then the
+    graph launches, as a replay syncs such an argument."""
+    torch.manual_seed(0)
+    _, _, step = _mlp()
+    fn = lazyfuse.compile(step, replay=True)
+    for x, y in make_batches(10, (6, 8), (6, 4)):
+        fn(x.to(DEV) * 2, y.to(DEV))
+    assert fn.graph_launches >= 6, fn.graph_reason
