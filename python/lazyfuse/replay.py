@@ -285,10 +285,7 @@ class ReplayedStep:
                 self._log(1, f"not one graph: {self.graph_reason}")
                 return None
         step, launch = self._graph
-        bound, why = step.bind(tensors)
-        if not bound and "pending IR" in why:
-            _C._mark_step(False)  # what a replay would sync anyway
-            bound, why = step.bind(tensors)
+        bound, why = _bind(step, tensors)
         if bound and launch() is False:
             bound, why = False, step.why
         if not bound:
@@ -304,12 +301,12 @@ class ReplayedStep:
             self.graph_reason = why
             return None
         self._launches_since_capture = 0
-        if self._graph_mode == "emulate":
-            return step, step.run
-        bound, why = step.bind(tensors)  # the capture reads the arguments' buffers
+        bound, why = _bind(step, tensors)  # the capture reads the arguments' buffers
         if not bound:
             self.graph_reason = why
             return None
+        if self._graph_mode == "emulate":
+            return step, step.run  # everything else as on a GPU
         graph = torch.cuda.CUDAGraph()
         try:
             with torch.cuda.graph(graph):
@@ -445,6 +442,14 @@ class ReplayedStep:
                     f"It tries again every {self.check_every} calls.",
                     stacklevel=4,
                 )
+
+
+def _bind(step: Any, tensors: list[torch.Tensor]) -> tuple[bool, str]:
+    bound, why = step.bind(tensors)
+    if not bound and "pending IR" in why:
+        _C._mark_step(False)  # what a replay would sync anyway
+        bound, why = step.bind(tensors)
+    return bound, why
 
 
 class _TensorSlot:
