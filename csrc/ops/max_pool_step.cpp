@@ -75,6 +75,17 @@ inline void Take(const T* in, int64_t at, T& best, int64_t& where) {
   where = (at & wide) | (where & ~wide);
 }
 
+// The taps of one window axis inside [0, size): from `first`, every
+// `dilation`, before `end`. A window over the padding starts past it.
+struct Taps {
+  int64_t first;
+  int64_t end;
+};
+inline Taps TapsInside(int64_t start, int64_t taps, int64_t dilation, int64_t size) {
+  const int64_t first = start < 0 ? start + (dilation - 1 - start) / dilation * dilation : start;
+  return {first, std::min(start + (taps - 1) * dilation + 1, size)};
+}
+
 // One plane. KH, KW: the window's size where known when compiled (0: `w`'s),
 // so a window inside the plane is a fixed, unrolled loop.
 template <typename T, int KH, int KW>
@@ -90,20 +101,12 @@ void PoolPlane(const T* in,
   const int64_t kw = KW > 0 ? KW : w.kw;
   for (int64_t y = 0; y < oh; ++y) {
     const int64_t top = y * w.sh - w.ph;
-    const int64_t bottom = std::min(top + (kh - 1) * w.dh + 1, ih);
-    int64_t h0 = top;
-    while (h0 < 0) {
-      h0 += w.dh;
-    }
+    const Taps rows = TapsInside(top, kh, w.dh, ih);
     for (int64_t x = 0; x < ow; ++x) {
       const int64_t left = x * w.sw - w.pw;
-      const int64_t right = std::min(left + (kw - 1) * w.dw + 1, iw);
-      int64_t w0 = left;
-      while (w0 < 0) {
-        w0 += w.dw;
-      }
+      const Taps cols = TapsInside(left, kw, w.dw, iw);
       T best = -std::numeric_limits<T>::infinity();
-      int64_t where = h0 * iw + w0;
+      int64_t where = rows.first * iw + cols.first;
       if (top >= 0 && left >= 0 && top + (kh - 1) * w.dh < ih && left + (kw - 1) * w.dw < iw) {
         for (int64_t i = 0; i < kh; ++i) {
           for (int64_t j = 0; j < kw; ++j) {
@@ -111,8 +114,8 @@ void PoolPlane(const T* in,
           }
         }
       } else {
-        for (int64_t r = h0; r < bottom; r += w.dh) {
-          for (int64_t c = w0; c < right; c += w.dw) {
+        for (int64_t r = rows.first; r < rows.end; r += w.dh) {
+          for (int64_t c = cols.first; c < cols.end; c += w.dw) {
             Take(in, r * iw + c, best, where);
           }
         }
