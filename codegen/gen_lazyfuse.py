@@ -290,6 +290,35 @@ SCALAR_FROM_CODEGEN = re.compile(
 )
 
 
+# A *_copy op's shape call on meta tensors, as torchgen writes it.
+COPY_ON_META = re.compile(
+    r"at::compositeexplicitautogradnonfunctional::(\w+?)_copy(_symint)?\(self_meta(, )?"
+)
+# The views whose Tensor method takes the *_copy op's arguments, in order.
+VIEW_METHODS = {
+    "as_strided",
+    "diagonal",
+    "expand",
+    "narrow",
+    "permute",
+    "select",
+    "slice",
+    "squeeze",
+    "t",
+    "transpose",
+    "unfold",
+    "unsqueeze",
+    "view",
+}
+
+
+def _view_on_meta(match: re.Match[str]) -> str:
+    view, symint = match.group(1), match.group(2) or ""
+    if view not in VIEW_METHODS:
+        return match.group(0)
+    return f"self_meta.{view}{symint}("
+
+
 @dataclass(frozen=True)
 class GenLazyFuseNativeFuncDefinition(GenLazyNativeFuncDefinition):
     """Adds a device check so a CPU tensor mixed into a lazy op is a clear error."""
@@ -337,6 +366,15 @@ class GenLazyFuseNativeFuncDefinition(GenLazyNativeFuncDefinition):
         code = gen_fallback_code(schema, sig, overload_name=func.func.name.overload_name)
         code = code.replace("force_eager_fallback(", "lazyfuse::ForcedEagerFallback(")
         return code.replace("&ltc_eager_fallback", "&lazyfuse::LazyFuseEagerFallback")
+
+    def shape_inference(self, func: NativeFunction, schema: LazyIrSchema) -> str:
+        """torchgen shapes a *_copy op by running its composite kernel on meta
+        tensors: the view, then a clone, whose empty_like has its meta kernel
+        in Python (torch/_meta_registrations.py), some 10 us a call. Every IR
+        node the trace cannot reuse (a new shape's every view) paid it. The
+        view alone gives the same sizes and dtype, and the same errors."""
+        code = super().shape_inference(func, schema)
+        return COPY_ON_META.sub(_view_on_meta, code)
 
     def dtype_probe(self, func: NativeFunction, schema: LazyIrSchema) -> str:
         """Meta kernels of opaque ops (mm, conv, ...) do not check dtypes; eager

@@ -4,7 +4,10 @@
 // norm saved float32 statistics and its backward failed on mixed dtypes; its
 // compute_shape_native_batch_norm_backward gives the weight and bias
 // gradients the default dtype, so a fused kernel read a float64 gradient as
-// float32.
+// float32. Their meta kernels are Python decompositions, some 300 us a call,
+// paid by every node the trace cannot reuse; the usual calls take the same
+// shapes from the rules below, and only the unusual ones, whose errors the
+// meta kernels raise, run them.
 
 #include <ATen/Functions.h>
 #include <torch/csrc/lazy/core/metrics.h>
@@ -46,6 +49,34 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> ThreeResults(
   return {results[0], results[1], results[2]};
 }
 
+// Every defined tensor is one channel each: [C].
+bool PerChannel(std::initializer_list<const std::optional<at::Tensor>*> tensors, int64_t channels) {
+  for (const std::optional<at::Tensor>* tensor : tensors) {
+    if (tensor->has_value() && (*tensor)->defined() &&
+        ((*tensor)->dim() != 1 || (*tensor)->size(0) != channels)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool Defined(const std::optional<at::Tensor>& tensor) {
+  return tensor.has_value() && tensor->defined();
+}
+
+// The decompositions' statistics are kept in the input's computation dtype.
+at::ScalarType ComputationType(at::ScalarType type) {
+  switch (type) {
+    case at::kHalf:
+    case at::kBFloat16:
+      return at::kFloat;
+    case at::kComplexHalf:
+      return at::kComplexFloat;
+    default:
+      return type;
+  }
+}
+
 // The node IR reuse finds for `operands`, else a new one with the shapes
 // `shapes()` gives (computed only then: they run a meta kernel).
 template <typename NodeT, typename ShapesFn, typename... Operands>
@@ -85,6 +116,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> LazyNativeFunctions::native_batch
   const auto mean_value = ValueOf(running_mean, *device);
   const auto var_value = ValueOf(running_var, *device);
   const auto shapes = [&] {
+    const int64_t channels = input.dim() >= 2 ? input.size(1) : -1;
+    if (channels >= 0 && PerChannel({&weight, &bias, &running_mean, &running_var}, channels) &&
+        (training || (Defined(running_mean) && Defined(running_var)))) {
+      const torch::lazy::Shape statistics(ComputationType(input.scalar_type()), {channels});
+      return std::vector<torch::lazy::Shape>{
+          torch::lazy::Shape(input.scalar_type(), input.sizes().vec()), statistics, statistics};
+    }
     const auto [out, save_mean, save_invstd] = at::native_batch_norm(OnMeta(input),
                                                                      OnMeta(weight),
                                                                      OnMeta(bias),
@@ -144,7 +182,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> LazyNativeFunctions::native_batch
   const auto var_value = ValueOf(running_var, *device);
   const auto save_mean_value = ValueOf(save_mean, *device);
   const auto save_invstd_value = ValueOf(save_invstd, *device);
+  const at::ScalarType affine =
+      weight.has_value() && weight->defined() ? weight->scalar_type() : input.scalar_type();
   const auto shapes = [&] {
+    if (input.dim() >= 2 && (!train || (Defined(save_mean) && Defined(save_invstd)))) {
+      const torch::lazy::Shape per_channel(affine, {input.size(1)});
+      return std::vector<torch::lazy::Shape>{
+          torch::lazy::Shape(input.scalar_type(), input.sizes().vec()), per_channel, per_channel};
+    }
     const auto results = at::native_batch_norm_backward(OnMeta(grad_out),
                                                         OnMeta(input),
                                                         OnMeta(weight),
@@ -157,8 +202,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> LazyNativeFunctions::native_batch
                                                         output_mask);
     // A masked-out gradient is undefined in ATen; its node output still
     // needs a shape: the weight's, per channel.
-    const at::ScalarType affine =
-        weight.has_value() && weight->defined() ? weight->scalar_type() : input.scalar_type();
     const std::vector<int64_t> channels{input.dim() > 1 ? input.size(1) : 1};
     std::vector<torch::lazy::Shape> result_shapes{
         torch::lazy::Shape(input.scalar_type(), input.sizes().vec())};

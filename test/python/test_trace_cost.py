@@ -1,0 +1,144 @@
+"""What tracing an op costs the host: no Python. A lazy op shapes its IR node
+in C++ (a meta kernel or a shape function); a Python meta kernel or
+decomposition on that path costs some 10 us a node, and every node a trace
+cannot reuse pays it: a new shape's whole step, the first step. The view
+*_copy ops paid it in their torchgen shape inference (a clone on meta, whose
+empty_like has a Python meta kernel), 110 calls and 5 ms of a Transformer
+step's 10 ms trace at a new length."""
+
+from __future__ import annotations
+
+import collections
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import FrameType
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import lazyfuse
+
+# Where torch keeps its Python meta kernels, references and decompositions.
+PYTHON_KERNELS = ("torch/_refs", "torch/_meta_registrations", "torch/_decomp", "torch/_prims")
+
+
+@pytest.fixture(autouse=True)
+def _every_node_built() -> Iterator[None]:
+    # With IR reuse on, a node seen last step is recycled and never shaped;
+    # off, each op builds its node, as at a new shape.
+    previous = lazyfuse.config.reuse_ir()
+    lazyfuse.config.set_reuse_ir(False)
+    yield
+    lazyfuse.config.set_reuse_ir(previous)
+    lazyfuse.mark_step()
+
+
+@contextmanager
+def python_kernel_calls() -> Iterator[collections.Counter[str]]:
+    """Counts the outermost calls into torch's Python kernels on this thread."""
+    calls: collections.Counter[str] = collections.Counter()
+
+    def inside(frame: FrameType | None) -> bool:
+        return frame is not None and any(p in frame.f_code.co_filename for p in PYTHON_KERNELS)
+
+    def profile(frame: FrameType, event: str, _arg: Any) -> None:
+        if event != "call" or not inside(frame):
+            return
+        caller = frame.f_back
+        while caller is not None:
+            if inside(caller):
+                return
+            caller = caller.f_back
+        calls[f"{frame.f_code.co_filename.split('torch/')[-1]}:{frame.f_code.co_name}"] += 1
+
+    previous = sys.getprofile()
+    sys.setprofile(profile)
+    try:
+        yield calls
+    finally:
+        sys.setprofile(previous)
+
+
+VIEWS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "view": lambda x: x.view(4, 30),
+    "reshape": lambda x: x.reshape(-1),
+    "t": lambda x: x[0].t(),
+    "transpose": lambda x: x.transpose(0, 2),
+    "permute": lambda x: x.permute(2, 0, 1),
+    "expand": lambda x: x[:, :1].expand(4, 5, 6),
+    "select": lambda x: x.select(1, 2),
+    "slice": lambda x: x[:, 1:4:2],
+    "narrow": lambda x: x.narrow(2, 1, 3),
+    "squeeze": lambda x: x[:, :1].squeeze(),
+    "squeeze.dim": lambda x: x[:, :1].squeeze(1),
+    "unsqueeze": lambda x: x.unsqueeze(1),
+    "as_strided": lambda x: x.as_strided((3, 3), (6, 1), 2),
+    "diagonal": lambda x: x.diagonal(0, 1, 2),
+    "unfold": lambda x: x.unfold(2, 2, 1),
+    "split": lambda x: x.split(2, dim=2)[1],
+    "unbind": lambda x: x.unbind(0)[3],
+}
+
+
+@pytest.mark.parametrize("name", VIEWS)
+def test_a_view_is_shaped_without_python(name: str, lazy: torch.device) -> None:
+    x = torch.randn(4, 5, 6)
+    lazy_x = x.to(lazy)
+    lazyfuse.mark_step()
+    with python_kernel_calls() as calls:
+        out = VIEWS[name](lazy_x) * 2
+    assert not calls, f"{name} ran Python kernels while tracing: {dict(calls)}"
+    torch.testing.assert_close(out.cpu(), VIEWS[name](x) * 2)
+
+
+def test_a_view_with_bad_arguments_still_names_the_problem(lazy: torch.device) -> None:
+    x = torch.randn(4, 5, device=lazy)
+    with pytest.raises(RuntimeError, match="shape '\\[3, 3\\]' is invalid for input of size 20"):
+        x.view(3, 3)
+    with pytest.raises(IndexError, match="out of range"):
+        x.transpose(0, 5)
+    # The process stays usable.
+    torch.testing.assert_close((x.t() + 1).cpu(), x.cpu().t() + 1)
+
+
+class _Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.norm = nn.BatchNorm2d(8)
+        self.attention = nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True)
+        self.head = nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.max_pool2d(F.relu(self.norm(self.conv(x))), 2)
+        x = self.attention(x.flatten(2).transpose(1, 2))
+        return self.head(x.mean(1))
+
+
+def test_a_training_step_traces_without_python_kernels(lazy: torch.device) -> None:
+    torch.manual_seed(0)
+    model = _Block().to(lazy)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x, y = torch.randn(2, 3, 8, 8).to(lazy), torch.tensor([1, 3]).to(lazy)
+    for _ in range(2):  # the second step traces with the optimizer's state made
+        optimizer.zero_grad()
+        with python_kernel_calls() as calls:
+            loss = F.cross_entropy(model(x), y)
+        # The backward runs on autograd's device thread, which this hook does
+        # not see; its views are those the test above traces.
+        loss.backward()
+        with python_kernel_calls() as step_calls:
+            optimizer.step()
+        lazyfuse.mark_step()
+        assert not calls, f"the forward ran Python kernels while tracing: {dict(calls)}"
+        assert not step_calls, f"AdamW ran Python kernels while tracing: {dict(step_calls)}"
+    assert torch.isfinite(loss.cpu())
+    model.eval()  # batch norm from its running statistics
+    with python_kernel_calls() as calls:
+        out = model(x)
+    assert not calls, f"the forward in eval mode ran Python kernels: {dict(calls)}"
+    assert torch.isfinite(out.cpu()).all()
