@@ -311,16 +311,20 @@ at::Tensor LazyNativeFunctions::stack(at::TensorList tensors, int64_t dim) {
   TORCH_LAZY_FN_COUNTER("lazy::");
   CheckOnLazyDevice("aten::stack", "tensors", tensors);
   // torch's compute_shape_stack takes the first tensor's dtype, where eager
-  // promotes (stack([int64, float32]) is float32). Eager's checks and result
-  // come from the meta kernel; the lazy graph is a cat of unsqueezed inputs,
-  // and cat promotes as eager does.
-  std::vector<at::Tensor> metas;
-  metas.reserve(tensors.size());
-  for (const at::Tensor& tensor : tensors) {
-    metas.push_back(
-        at::empty_strided(tensor.sizes(), tensor.strides(), tensor.options().device(at::kMeta)));
+  // promotes (stack([int64, float32]) is float32). The lazy graph is a cat of
+  // unsqueezed inputs, and cat promotes as eager does. Eager's checks are
+  // made here, in its words: stack's meta kernel is Python (test_trace_cost).
+  TORCH_CHECK(!tensors.empty(), "stack expects a non-empty TensorList");
+  for (size_t i = 1; i < tensors.size(); ++i) {
+    TORCH_CHECK(tensors[i].sizes() == tensors[0].sizes(),
+                "stack expects each tensor to be equal size, but got ",
+                tensors[0].sizes(),
+                " at entry 0 and ",
+                tensors[i].sizes(),
+                " at entry ",
+                i);
   }
-  const int64_t wrapped = at::maybe_wrap_dim(dim, at::stack(metas, dim).dim());
+  const int64_t wrapped = at::maybe_wrap_dim(dim, tensors[0].dim() + 1);
   std::vector<at::Tensor> pieces;
   pieces.reserve(tensors.size());
   for (const at::Tensor& tensor : tensors) {
@@ -346,9 +350,17 @@ at::Tensor LazyNativeFunctions::index_select(const at::Tensor& self,
     auto on_meta = [](const at::Tensor& t) {
       return at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kMeta));
     };
-    at::Tensor out = at::index_select(on_meta(self), dim, on_meta(index));
-    std::vector<torch::lazy::Shape> shapes{
-        torch::lazy::Shape(out.scalar_type(), out.sizes().vec())};
+    std::vector<torch::lazy::Shape> shapes;
+    const bool int_index = index.scalar_type() == at::kLong || index.scalar_type() == at::kInt;
+    if (self.dim() > 0 && index.dim() <= 1 && int_index) {
+      // The usual call, shaped here: the meta kernel is Python (test_trace_cost).
+      std::vector<int64_t> sizes = self.sizes().vec();
+      sizes[at::maybe_wrap_dim(dim, self.dim())] = index.numel();
+      shapes.emplace_back(self.scalar_type(), std::move(sizes));
+    } else {  // the meta kernel's rules, and its errors
+      at::Tensor out = at::index_select(on_meta(self), dim, on_meta(index));
+      shapes.emplace_back(out.scalar_type(), out.sizes().vec());
+    }
     node = torch::lazy::MakeNode<IndexSelect>(self_value, dim, index_value, std::move(shapes));
     torch::lazy::CacheNode(node);
   }

@@ -95,6 +95,36 @@ def test_a_view_is_shaped_without_python(name: str, lazy: torch.device) -> None:
     torch.testing.assert_close(out.cpu(), VIEWS[name](x) * 2)
 
 
+OPS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "stack": lambda x: torch.stack([x, x * 2], dim=-1),
+    "index_select": lambda x: x.index_select(1, torch.tensor([4, 0, 4], device=x.device)),
+}
+
+
+@pytest.mark.parametrize("name", OPS)
+def test_an_op_is_shaped_without_python(name: str, lazy: torch.device) -> None:
+    x = torch.randn(4, 5, 6)
+    lazy_x = x.to(lazy)
+    lazyfuse.mark_step()
+    with python_kernel_calls() as calls:
+        out = OPS[name](lazy_x)
+    assert not calls, f"{name} ran Python kernels while tracing: {dict(calls)}"
+    torch.testing.assert_close(out.cpu(), OPS[name](x))
+
+
+def test_stack_and_index_select_still_name_the_problem(lazy: torch.device) -> None:
+    x = torch.randn(4, 5, device=lazy)
+    with pytest.raises(RuntimeError, match="stack expects each tensor to be equal size"):
+        torch.stack([x, x[:2]])
+    with pytest.raises(RuntimeError, match="stack expects a non-empty TensorList"):
+        torch.stack([])
+    with pytest.raises(IndexError, match="out of range"):
+        torch.stack([x, x], dim=3)
+    with pytest.raises(IndexError, match="out of range"):
+        x.index_select(2, torch.tensor([0], device=lazy))
+    torch.testing.assert_close(torch.stack([x, x], 1).cpu(), torch.stack([x.cpu()] * 2, 1))
+
+
 def test_a_view_with_bad_arguments_still_names_the_problem(lazy: torch.device) -> None:
     x = torch.randn(4, 5, device=lazy)
     with pytest.raises(RuntimeError, match="shape '\\[3, 3\\]' is invalid for input of size 20"):
