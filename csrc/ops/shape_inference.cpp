@@ -2,6 +2,7 @@
 
 #include <ATen/ExpandUtils.h>
 #include <ATen/core/Reduction.h>
+#include <ATen/native/ReduceOpsUtils.h>
 #include <ATen/native/TypeProperties.h>
 
 namespace torch::lazy {
@@ -13,6 +14,24 @@ at::Tensor OnMeta(const at::Tensor& tensor) {
 
 Shape ShapeOf(const at::Tensor& tensor) {
   return Shape(tensor.scalar_type(), tensor.sizes().vec());
+}
+
+// A floating tensor reduced over `dim` (all of them where none is given),
+// shaped as ATen's reductions shape it, errors included. The meta kernels of
+// var, logsumexp, nansum and prod are Python, some 10 us a node built
+// (test_trace_cost.py); other dtypes and an empty dim list take them.
+std::optional<Shape> FloatingReduction(const at::Tensor& self,
+                                       at::OptionalIntArrayRef dim,
+                                       bool keepdim) {
+  const at::ScalarType type = self.scalar_type();
+  const bool floating =
+      type == at::kFloat || type == at::kDouble || type == at::kHalf || type == at::kBFloat16;
+  if (!floating || self.dim() == 0 || (dim.has_value() && dim->empty())) {
+    return std::nullopt;
+  }
+  const at::DimVector sizes =
+      at::native::shape_from_dim_mask(self, at::native::make_dim_mask(dim, self.dim()), keepdim);
+  return Shape(type, std::vector<int64_t>(sizes.begin(), sizes.end()));
 }
 
 }  // namespace
@@ -107,10 +126,16 @@ std::vector<Shape> compute_shape_hardtanh_backward(const at::Tensor& grad_output
 std::vector<Shape> compute_shape_logsumexp(const at::Tensor& self,
                                            at::IntArrayRef dim,
                                            bool keepdim) {
+  if (auto shape = FloatingReduction(self, dim, keepdim)) {
+    return {*shape};
+  }
   return {ShapeOf(at::logsumexp(OnMeta(self), dim, keepdim))};
 }
 
 std::vector<Shape> compute_shape_prod(const at::Tensor& self, std::optional<at::ScalarType> dtype) {
+  if (auto shape = FloatingReduction(self, std::nullopt, /*keepdim=*/false); shape && !dtype) {
+    return {*shape};
+  }
   return {ShapeOf(at::prod(OnMeta(self), dtype))};
 }
 
@@ -130,6 +155,9 @@ std::vector<Shape> compute_shape_var(const at::Tensor& self,
                                      at::OptionalIntArrayRef dim,
                                      const std::optional<at::Scalar>& correction,
                                      bool keepdim) {
+  if (auto shape = FloatingReduction(self, dim, keepdim)) {
+    return {*shape};
+  }
   return {ShapeOf(at::var(OnMeta(self), dim, correction, keepdim))};
 }
 
@@ -296,6 +324,9 @@ std::vector<Shape> compute_shape_nansum(const at::Tensor& self,
                                         at::OptionalIntArrayRef dim,
                                         bool keepdim,
                                         std::optional<at::ScalarType> dtype) {
+  if (auto shape = FloatingReduction(self, dim, keepdim); shape && !dtype) {
+    return {*shape};
+  }
   return {ShapeOf(at::sum(OnMeta(self), dim, keepdim, dtype))};
 }
 
@@ -318,6 +349,9 @@ std::vector<Shape> compute_shape_std_mean(const at::Tensor& self,
                                           at::OptionalIntArrayRef dim,
                                           const std::optional<at::Scalar>& correction,
                                           bool keepdim) {
+  if (auto shape = FloatingReduction(self, dim, keepdim)) {
+    return {*shape, *shape};
+  }
   const Shape shape = ShapeOf(at::var(OnMeta(self), dim, correction, keepdim));
   return {shape, shape};
 }

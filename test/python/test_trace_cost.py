@@ -98,6 +98,13 @@ def test_a_view_is_shaped_without_python(name: str, lazy: torch.device) -> None:
 OPS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "stack": lambda x: torch.stack([x, x * 2], dim=-1),
     "index_select": lambda x: x.index_select(1, torch.tensor([4, 0, 4], device=x.device)),
+    "var": lambda x: x.var(1, keepdim=True),
+    "std": lambda x: x.std((0, 2)),
+    "var_mean": lambda x: torch.stack(torch.var_mean(x, -1)),
+    "std_mean": lambda x: torch.stack(torch.std_mean(x, None, correction=0)),
+    "logsumexp": lambda x: x.logsumexp((1, 2)),
+    "nansum": lambda x: x.nansum(0),
+    "prod": lambda x: x.prod() + x.prod(1).sum(),
 }
 
 
@@ -112,7 +119,7 @@ def test_an_op_is_shaped_without_python(name: str, lazy: torch.device) -> None:
     torch.testing.assert_close(out.cpu(), OPS[name](x))
 
 
-def test_stack_and_index_select_still_name_the_problem(lazy: torch.device) -> None:
+def test_shaped_ops_still_name_the_problem(lazy: torch.device) -> None:
     x = torch.randn(4, 5, device=lazy)
     with pytest.raises(RuntimeError, match="stack expects each tensor to be equal size"):
         torch.stack([x, x[:2]])
@@ -122,6 +129,10 @@ def test_stack_and_index_select_still_name_the_problem(lazy: torch.device) -> No
         torch.stack([x, x], dim=3)
     with pytest.raises(IndexError, match="out of range"):
         x.index_select(2, torch.tensor([0], device=lazy))
+    with pytest.raises(RuntimeError, match="appears multiple times"):
+        x.var((0, 0))
+    with pytest.raises(IndexError, match="out of range"):
+        x.logsumexp(4)
     torch.testing.assert_close(torch.stack([x, x], 1).cpu(), torch.stack([x.cpu()] * 2, 1))
 
 
