@@ -2,11 +2,15 @@
 // index and index_put take a list of optional index tensors, which torchgen
 // cannot turn into IR operands, so they build ClosureNodes here.
 
+#include <ATen/ExpandUtils.h>
 #include <ATen/Functions.h>
 #include <torch/csrc/lazy/core/ir_builder.h>
 #include <torch/csrc/lazy/core/metrics.h>
 #include <torch/csrc/lazy/core/tensor.h>
 #include <torch/csrc/lazy/core/tensor_impl.h>
+
+#include <algorithm>
+#include <string>
 
 #include "generated/LazyIr.h"
 #include "generated/LazyNativeFunctions.h"
@@ -98,6 +102,77 @@ at::Tensor MakeIndexNode(const char* op,
       torch::lazy::LazyTensor::Create(torch::lazy::Value(node, 0), *device));
 }
 
+// The shape x[indices] has, by numpy's rule: the indices broadcast together;
+// where they are adjacent their shape takes their dims' place, else it comes
+// first. Only for integer indices; others take the meta kernel, a Python one
+// some 10 us a call (test_trace_cost.py). Errors are eager's.
+std::optional<std::vector<int64_t>> IndexedSizes(
+    const at::Tensor& self, const std::vector<std::optional<at::Tensor>>& indices) {
+  TORCH_CHECK_INDEX(indices.size() <= static_cast<size_t>(self.dim()),
+                    "too many indices for tensor of dimension ",
+                    self.dim(),
+                    " (got ",
+                    indices.size(),
+                    ")");
+  std::vector<int64_t> broadcast;
+  int64_t first = -1;
+  int64_t last = -1;
+  bool adjacent = true;
+  for (size_t d = 0; d < indices.size(); ++d) {
+    const std::optional<at::Tensor>& index = indices[d];
+    if (!index) {
+      continue;
+    }
+    const at::ScalarType type = index->scalar_type();
+    if (type != at::kLong && type != at::kInt) {
+      return std::nullopt;
+    }
+    adjacent = adjacent && (last < 0 || last == static_cast<int64_t>(d) - 1);
+    first = first < 0 ? static_cast<int64_t>(d) : first;
+    last = static_cast<int64_t>(d);
+    const at::IntArrayRef sizes = index->sizes();
+    std::vector<int64_t> merged(std::max(broadcast.size(), sizes.size()), 1);
+    for (size_t k = 0; k < merged.size(); ++k) {
+      const int64_t a = k < broadcast.size() ? broadcast[broadcast.size() - 1 - k] : 1;
+      const int64_t b = k < sizes.size() ? sizes[sizes.size() - 1 - k] : 1;
+      if (a != b && a != 1 && b != 1) {
+        std::vector<std::string> shapes;
+        for (const auto& each : indices) {
+          if (each) {
+            shapes.push_back(c10::str(each->sizes()));
+          }
+        }
+        TORCH_CHECK_INDEX(false,
+                          "shape mismatch: indexing tensors could not be broadcast together "
+                          "with shapes ",
+                          c10::Join(", ", shapes));
+      }
+      merged[merged.size() - 1 - k] = a == 1 ? b : a;
+    }
+    broadcast = std::move(merged);
+  }
+  if (first < 0) {
+    return std::nullopt;
+  }
+  std::vector<int64_t> sizes;
+  const auto rest = [&](int64_t from, int64_t to) {
+    for (int64_t d = from; d < to; ++d) {
+      if (d >= static_cast<int64_t>(indices.size()) || !indices[d]) {
+        sizes.push_back(self.size(d));
+      }
+    }
+  };
+  if (adjacent) {
+    rest(0, first);
+    sizes.insert(sizes.end(), broadcast.begin(), broadcast.end());
+    rest(last + 1, self.dim());
+  } else {
+    sizes = broadcast;
+    rest(0, self.dim());
+  }
+  return sizes;
+}
+
 c10::List<std::optional<at::Tensor>> MetaIndices(
     const std::vector<std::optional<at::Tensor>>& indices) {
   c10::List<std::optional<at::Tensor>> out;
@@ -113,12 +188,15 @@ at::Tensor LazyNativeFunctions::index(const at::Tensor& self,
                                       const c10::List<std::optional<at::Tensor>>& indices) {
   TORCH_LAZY_FN_COUNTER("lazy::");
   auto lazy_indices = LazyIndices(indices, self.device());
-  at::Tensor out = at::index(OnMeta(self), MetaIndices(lazy_indices));
+  std::optional<std::vector<int64_t>> sizes = IndexedSizes(self, lazy_indices);
+  if (!sizes) {
+    sizes = at::index(OnMeta(self), MetaIndices(lazy_indices)).sizes().vec();
+  }
   return MakeIndexNode("index",
                        self,
                        lazy_indices,
                        {},
-                       torch::lazy::Shape(out.scalar_type(), out.sizes().vec()),
+                       torch::lazy::Shape(self.scalar_type(), std::move(*sizes)),
                        torch::lazy::MHash(),
                        [](const at::Tensor& base,
                           const c10::List<std::optional<at::Tensor>>& list,
@@ -131,8 +209,19 @@ at::Tensor LazyNativeFunctions::index_put(const at::Tensor& self,
                                           bool accumulate) {
   TORCH_LAZY_FN_COUNTER("lazy::");
   auto lazy_indices = LazyIndices(indices, self.device());
-  // The meta kernel checks that values broadcast to the indexed shape.
-  (void)at::index_put(OnMeta(self), MetaIndices(lazy_indices), OnMeta(values), accumulate);
+  // Eager checks that values broadcast to the indexed shape when it runs;
+  // here it is checked as the op is traced, in eager's words.
+  const std::optional<std::vector<int64_t>> indexed = IndexedSizes(self, lazy_indices);
+  if (indexed) {
+    TORCH_CHECK(at::is_expandable_to(values.sizes(), *indexed),
+                "shape mismatch: value tensor of shape ",
+                values.sizes(),
+                " cannot be broadcast to indexing result of shape ",
+                c10::IntArrayRef(*indexed));
+  }
+  if (!indexed || values.scalar_type() != self.scalar_type()) {
+    (void)at::index_put(OnMeta(self), MetaIndices(lazy_indices), OnMeta(values), accumulate);
+  }
   return MakeIndexNode("index_put",
                        self,
                        lazy_indices,
