@@ -25,7 +25,11 @@ LazyFuseNode::LazyFuseNode(torch::lazy::OpKind op,
                            size_t num_outputs,
                            torch::lazy::hash_t hash_seed)
     : torch::lazy::Node(std::move(op), operands, num_outputs) {
-  addComputedShape(shape_fn);
+  // Not LTC's addComputedShape: its shape cache is keyed by hash(), which
+  // here includes the shape and is computed only below. Keyed by a hash not
+  // yet set, it served one node's shape to another (an expand of [3, 4]
+  // shaped [2]).
+  shapes_.push_back(shape_fn());
   ComputeHash(hash_seed);
 }
 

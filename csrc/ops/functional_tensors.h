@@ -13,6 +13,17 @@
 
 namespace lazyfuse {
 
+// Note [Lazy tensors are functional]: every lazy tensor a user sees is wrapped
+// in a FunctionalTensorWrapper, so in-place ops and views reach lazyfuse as
+// functional ops. When functionalization itself calls us (its key is in the
+// TLS exclude set) it wraps the result, and we must return a bare tensor.
+inline at::Tensor WrapFunctional(const at::Tensor& tensor) {
+  if (c10::impl::tls_local_dispatch_key_set().excluded_.has(c10::DispatchKey::Functionalize)) {
+    return tensor;
+  }
+  return at::functionalization::impl::to_functional_tensor(tensor);
+}
+
 // An op that returns nothing acts only by side effect (a mutation its
 // schema does not declare, as inductor::resize_storage_bytes_), which
 // functionalized inputs would swallow.

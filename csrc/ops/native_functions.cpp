@@ -20,22 +20,13 @@
 #include "ltc/step_replay.h"
 #include "ops/collectives.h"
 #include "ops/device_checks.h"
+#include "ops/functional_tensors.h"
+#include "ops/functional_tensors.h"
 #include "ops/functionalized_composite.h"
 #include "ops/inference_mode.h"
 
 namespace lazyfuse {
 namespace {
-
-// Note [Lazy tensors are functional]: every lazy tensor a user sees is wrapped
-// in a FunctionalTensorWrapper, so in-place ops and views reach lazyfuse as
-// functional ops. When functionalization itself calls us (its key is in the
-// TLS exclude set) it wraps the result, and we must return a bare tensor.
-at::Tensor WrapFunctional(const at::Tensor& tensor) {
-  if (c10::impl::tls_local_dispatch_key_set().excluded_.has(c10::DispatchKey::Functionalize)) {
-    return tensor;
-  }
-  return at::functionalization::impl::to_functional_tensor(tensor);
-}
 
 // A new lazy tensor holding a copy of host data, on the given lazy device.
 // It is device data at once: LTC's LazyTensor::Create(at::Tensor) keeps the

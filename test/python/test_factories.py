@@ -1,0 +1,86 @@
+"""Constant factories on the lazy device (full, zeros, ones, scalar_tensor):
+a scalar expanded in the graph, with eager's values, dtypes and errors, and
+no Python kernel on the way (ATen's composites filled an empty tensor of
+host memory in place, through functionalization's Python meta check)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+
+import lazyfuse
+from python_kernels import python_kernel_calls
+
+FACTORIES: dict[str, Callable[[torch.device], torch.Tensor]] = {
+    "full": lambda d: torch.full((2, 3), 2.5, device=d),
+    "full, int": lambda d: torch.full((4,), 7, device=d),
+    "full, bool": lambda d: torch.full((2,), True, device=d),
+    "full, complex": lambda d: torch.full((2,), 1 + 2j, device=d),
+    "full, half": lambda d: torch.full((3,), 0.1, dtype=torch.half, device=d),
+    "full, -inf": lambda d: torch.full((1, 3), float("-inf"), device=d),
+    "full, -0.0": lambda d: torch.full((2, 2), -0.0, device=d),
+    "zeros": lambda d: torch.zeros(3, 4, device=d),
+    "zeros, int32": lambda d: torch.zeros(2, 3, dtype=torch.int32, device=d),
+    "zeros, empty": lambda d: torch.zeros(0, 3, device=d),
+    "ones": lambda d: torch.ones(5, device=d),
+    "ones, 0-dim": lambda d: torch.ones((), device=d),
+    "ones, bfloat16": lambda d: torch.ones(3, 4, dtype=torch.bfloat16, device=d),
+    "scalar_tensor": lambda d: torch.scalar_tensor(3, device=d),
+    "setitem of a number": lambda d: _set_column(torch.arange(12.0, device=d).view(3, 4)),
+}
+
+
+def _set_column(x: torch.Tensor) -> torch.Tensor:
+    x[:, 1] = -5.0  # the number becomes a 0-dim tensor: scalar_tensor
+    return x
+
+
+@pytest.mark.parametrize("name", FACTORIES)
+def test_a_constant_factory_matches_eager_without_python(name: str, lazy: torch.device) -> None:
+    expected = FACTORIES[name](torch.device("cpu"))
+    lazyfuse.mark_step()
+    with python_kernel_calls() as calls:
+        made = FACTORIES[name](lazy)
+    assert not calls, f"{name} ran Python kernels: {dict(calls)}"
+    got = made.cpu()
+    assert got.dtype == expected.dtype and got.shape == expected.shape
+    assert torch.equal(got, expected)
+    if got.is_floating_point():
+        assert torch.equal(torch.signbit(got), torch.signbit(expected))
+
+
+def test_factories_of_many_shapes_in_one_graph_keep_their_own_shapes(lazy: torch.device) -> None:
+    # Expand nodes took their shape from LTC's shape cache keyed by a hash not
+    # yet computed, so one could come out with another's shape.
+    shapes = [(2,), (3, 4), (5,), (2, 3, 4), (1,), (4, 1, 2)]
+    made = [torch.zeros(shape, device=lazy) + k for k, shape in enumerate(shapes)]
+    source = torch.tensor([7.0], device=lazy)
+    copied = []
+    for shape in shapes:
+        target = torch.empty(shape, device=lazy)
+        target.copy_(source)  # a broadcast copy: another expand
+        copied.append(target)
+    for k, (shape, a, b) in enumerate(zip(shapes, made, copied, strict=True)):
+        assert a.cpu().shape == shape and b.cpu().shape == shape
+        assert torch.equal(a.cpu(), torch.full(shape, float(k)))
+        assert torch.equal(b.cpu(), torch.full(shape, 7.0))
+
+
+def test_a_factory_with_bad_arguments_names_the_problem(lazy: torch.device) -> None:
+    with pytest.raises(RuntimeError, match="negative dimension -1"):
+        torch.zeros(-1, 2, device=lazy)
+    with pytest.raises(RuntimeError, match="sparse layout"):
+        torch.ones(2, layout=torch.sparse_coo, device=lazy)
+    assert torch.equal(torch.ones(2, device=lazy).cpu(), torch.ones(2))
+
+
+def test_a_new_fill_value_compiles_no_new_graph(lazy: torch.device) -> None:
+    # The value is a host scalar parameter of the graph, as a scalar operand is.
+    for value in (2.5, 3.5):
+        torch.full((8,), value, device=lazy).sum().cpu()
+    compiles = lazyfuse.metrics.counter_value("LazyFuseCompiles")
+    out = torch.full((8,), 4.5, device=lazy).sum()
+    assert out.item() == 36.0
+    assert lazyfuse.metrics.counter_value("LazyFuseCompiles") == compiles
