@@ -9,6 +9,7 @@
 // which ran functionalization's meta check, a Python kernel
 // (test_trace_cost.py).
 
+#include <ATen/Dispatch.h>
 #include <ATen/Functions.h>
 #include <c10/core/DefaultDtype.h>
 #include <torch/csrc/lazy/core/ir_builder.h>
@@ -56,6 +57,30 @@ at::ScalarType FillDtype(const at::Scalar& value) {
   return DefaultDtype();
 }
 
+// Eager's fill refuses a value its dtype cannot hold (300 as uint8, NaN as
+// int32, 1 + 2j as float); the graph's cast would wrap it silently.
+void CheckFits(const at::Scalar& value, at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kByte:
+    case at::kChar:
+    case at::kShort:
+    case at::kInt:
+    case at::kLong:
+    case at::kFloat:
+    case at::kDouble:
+    case at::kComplexFloat:
+    case at::kComplexDouble:
+    case at::kBool:
+    case at::kHalf:
+    case at::kBFloat16:
+      AT_DISPATCH_ALL_TYPES_AND_COMPLEX_AND3(
+          at::kBool, at::kHalf, at::kBFloat16, dtype, "fill", [&] { (void)value.to<scalar_t>(); });
+      break;
+    default:
+      break;
+  }
+}
+
 at::Tensor ExpandedScalar(const char* op,
                           at::IntArrayRef size,
                           const at::Scalar& value,
@@ -72,6 +97,7 @@ at::Tensor ExpandedScalar(const char* op,
               op,
               ": only strided tensors live on the lazy device, not ",
               *layout);
+  CheckFits(value, dtype);
   RegisterNewFunctionalizedComposites();  // as every new lazy tensor does
   const torch::lazy::BackendDevice backend_device =
       torch::lazy::atenDeviceToBackendDevice(device.value_or(c10::Device(c10::kLazy, 0)));

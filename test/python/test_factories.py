@@ -73,6 +73,11 @@ def test_a_factory_with_bad_arguments_names_the_problem(lazy: torch.device) -> N
         torch.zeros(-1, 2, device=lazy)
     with pytest.raises(RuntimeError, match="sparse layout"):
         torch.ones(2, layout=torch.sparse_coo, device=lazy)
+    for value, dtype in ((300, torch.uint8), (float("nan"), torch.int32), (1 + 2j, torch.float32)):
+        with pytest.raises(RuntimeError, match="cannot be converted to type .* without overflow"):
+            torch.full((2,), value, dtype=dtype, device=lazy)
+    with pytest.raises(RuntimeError, match="without overflow"):
+        torch.full((2,), 70000, dtype=torch.half, device=lazy)
     assert torch.equal(torch.ones(2, device=lazy).cpu(), torch.ones(2))
 
 
