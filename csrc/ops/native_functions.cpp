@@ -21,7 +21,6 @@
 #include "ops/collectives.h"
 #include "ops/device_checks.h"
 #include "ops/functional_tensors.h"
-#include "ops/functional_tensors.h"
 #include "ops/functionalized_composite.h"
 #include "ops/inference_mode.h"
 

@@ -4,8 +4,8 @@
 // norm saved float32 statistics and its backward failed on mixed dtypes; its
 // compute_shape_native_batch_norm_backward gives the weight and bias
 // gradients the default dtype, so a fused kernel read a float64 gradient as
-// float32. Their meta kernels are Python decompositions, some 300 us a call,
-// paid by every node the trace cannot reuse; the usual calls take the same
+// float32. Their meta kernels are Python decompositions, run for every node
+// the trace cannot reuse (test_trace_cost.py); the usual calls take the same
 // shapes from the rules below, and only the unusual ones, whose errors the
 // meta kernels raise, run them.
 
