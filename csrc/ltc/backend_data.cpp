@@ -24,9 +24,10 @@ LazyFuseBackendData::LazyFuseBackendData(torch::lazy::BackendDevice device,
 
 LazyFuseBackendData::LazyFuseBackendData(torch::lazy::BackendDevice device,
                                          torch::lazy::Shape shape,
-                                         std::function<at::Tensor()> pending)
+                                         std::function<at::Tensor()> pending,
+                                         bool in_flight)
     : torch::lazy::BackendData(std::move(device), std::move(shape)),
-      pending_(std::make_shared<Pending>(Pending{std::move(pending), at::Tensor()})) {}
+      pending_(std::make_shared<Pending>(Pending{std::move(pending), at::Tensor(), in_flight})) {}
 
 void LazyFuseBackendData::Assign(const torch::lazy::BackendData& data) {
   const auto* other = dynamic_cast<const LazyFuseBackendData*>(&data);
@@ -40,6 +41,7 @@ const at::Tensor& LazyFuseBackendData::tensor() const {
     if (!pending_->value.defined()) {
       at::Tensor value = pending_->make();
       pending_->value = value.is_contiguous() ? std::move(value) : value.contiguous();
+      pending_->make = nullptr;  // lets go of what it read from
     }
     value_ = pending_->value;
     pending_ = nullptr;

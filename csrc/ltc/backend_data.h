@@ -23,11 +23,13 @@ class LazyFuseBackendData : public torch::lazy::BackendData {
                       at::Tensor value);
   // A value made on its first read by `pending`, again on the next read if
   // it fails: a result of a graph that failed after it had overwritten some
-  // of its parameters (`pending` finishes the graph), or a view's base kept
-  // as a function of the view (runtime/result_aliases.h).
+  // of its parameters (`pending` finishes the graph), a result of a graph
+  // running on the CPU stream (`in_flight`; `pending` waits for it), or a
+  // view's base kept as a function of the view (runtime/result_aliases.h).
   LazyFuseBackendData(torch::lazy::BackendDevice device,
                       torch::lazy::Shape shape,
-                      std::function<at::Tensor()> pending);
+                      std::function<at::Tensor()> pending,
+                      bool in_flight = false);
 
   Handle GetHandle() override {
     return reinterpret_cast<Handle>(this);
@@ -46,6 +48,10 @@ class LazyFuseBackendData : public torch::lazy::BackendData {
   bool pending() const {
     return !value_.defined() && pending_ != nullptr && !pending_->value.defined();
   }
+  // Whether the value is a result of a graph the CPU stream runs, not yet read.
+  bool in_flight() const {
+    return pending() && pending_->in_flight;
+  }
   // Tells data apart by value without making a pending one: data assigned
   // from the same result answer the same.
   const void* value_identity() const;
@@ -60,6 +66,7 @@ class LazyFuseBackendData : public torch::lazy::BackendData {
   struct Pending {
     std::function<at::Tensor()> make;
     at::Tensor value;
+    bool in_flight = false;
   };
   // Filled from pending_ on the first read. LTC reads device data from the
   // thread that traces, as it does every tensor's data.

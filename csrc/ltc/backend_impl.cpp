@@ -4,6 +4,7 @@
 #include <c10/util/Exception.h>
 #include <torch/csrc/lazy/core/metrics.h>
 
+#include <algorithm>
 #include <mutex>
 #include <unordered_map>
 
@@ -13,11 +14,13 @@
 #include "ltc/config.h"
 #include "ltc/device_data.h"
 #include "ltc/graph_executor.h"
+#include "ltc/pending_run.h"
 #include "ltc/step_replay.h"
 #include "ops/ir_builder.h"
 #include "program/compile_log.h"
 #include "program/executor.h"
 #include "program/lowering_context.h"
+#include "runtime/cpu/stream.h"
 #include "runtime/cpu/target.h"
 #include "runtime/cuda/target.h"
 #include "runtime/emulated/target.h"
@@ -27,86 +30,10 @@
 namespace lazyfuse {
 namespace {
 
-// A graph that failed after overwriting parameters: its results, once a read
-// of one of them finishes it. Only results that some tensor still holds are
-// computed then: the user may have dropped the one whose step failed.
-class FinishLater {
- public:
-  explicit FinishLater(std::shared_ptr<ProgramRun> run)
-      : run_(std::move(run)), holders_(run_->program->results.size()) {}
-
-  // Kept alive by whatever holds result `index`'s pending data.
-  std::shared_ptr<void> Holder(size_t index) {
-    auto holder = std::make_shared<size_t>(index);
-    holders_.at(index) = holder;
-    return holder;
-  }
-
-  at::Tensor Result(size_t index) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (run_ != nullptr) {
-      std::vector<bool> wanted(holders_.size());
-      for (size_t k = 0; k < holders_.size(); ++k) {
-        wanted[k] = k == index || !holders_[k].expired();
-      }
-      results_ = ContinueProgram(*run_, wanted);
-      run_.reset();
-      TORCH_LAZY_COUNTER("LazyFuseGraphsFinishedLater", 1);
-    }
-    return results_.at(index);
-  }
-
- private:
-  std::mutex mutex_;
-  std::shared_ptr<ProgramRun> run_;
-  std::vector<std::weak_ptr<void>> holders_;
-  std::vector<at::Tensor> results_;
-};
-
-// Why a failed run keeps its results pending instead of starting over.
-std::string WhyResultsPending(const ProgramRun& run) {
-  if (!run.ran_collective.empty() && !run.lost.empty()) {
-    return "the collective " + run.ran_collective +
-           " failed. A collective is never retried, since other ranks may have completed it: "
-           "the values this graph computes are lost, and reading one of them raises this "
-           "error. Every rank must stop, or re-create the process group and reassign those "
-           "tensors (for example, load a checkpoint).";
-  }
-  if (!run.lost.empty()) {
-    return "the failing kernel had already begun writing its results over the memory of some "
-           "of its inputs (buffer donation), parameters among them, so neither it nor the "
-           "graph can be run again: the values this graph computes are lost, and reading one "
-           "of them raises this error. Reassign those tensors (for example, load a checkpoint) "
-           "to go on. LAZYFUSE_DONATE=0 turns donation off.";
-  }
-  const std::string cause =
-      run.ran_collective.empty()
-          ? "had already written results over some of its inputs, or let go of them (buffer "
-            "donation)"
-          : "had already run the collective " + run.ran_collective +
-                ", which every rank runs exactly once";
-  return "the graph " + cause +
-         ", so it cannot be redone from the start. Nothing is lost: the tensors it computes keep "
-         "their pending values, and the graph finishes when one of them is next read (free "
-         "memory first if it ran out). A step that fails on its inputs' values fails again "
-         "while a tensor that needs it is alive: delete those tensors, then read the others." +
-         (run.ran_collective.empty() ? std::string(" LAZYFUSE_DONATE=0 turns donation off.")
-                                     : std::string());
-}
-
 const LazyFuseBackendData& AsLazyFuseData(const torch::lazy::BackendDataPtr& data) {
   const auto* ours = dynamic_cast<const LazyFuseBackendData*>(data.get());
   TORCH_CHECK(ours != nullptr, "lazyfuse: data belongs to another LTC backend");
   return *ours;
-}
-
-// By result, the entry that derives it, or nullptr.
-std::vector<const DerivedResult*> DerivedByResult(const Program& program) {
-  std::vector<const DerivedResult*> derived(program.results.size(), nullptr);
-  for (const DerivedResult& entry : program.derived_results) {
-    derived[entry.result] = &entry;
-  }
-  return derived;
 }
 
 // By argument, whether the graph may write over its memory: nothing but the
@@ -143,6 +70,20 @@ std::vector<bool> DonatedArguments(c10::ArrayRef<torch::lazy::BackendDataPtr> ar
                  tensor.storage().use_count() == 1 && tensor.device() == BackingDevice();
   }
   return donated;
+}
+
+// Whether this graph may run on the CPU stream, mark_step returning before
+// it has: asynchronous execution is on, a mark_step that does not wait runs
+// it, on the CPU, and it is no step capture. A graph with a collective runs
+// at once, so that every rank sees a failure at the same call.
+bool MayRunOnCpuStream(const Program& program) {
+  if (!AsyncExecutionEnabled() || !SyncMayReturnEarly() || !BackingDevice().is_cpu() ||
+      Capturing()) {
+    return false;
+  }
+  return std::none_of(program.steps.begin(), program.steps.end(), [](const Step& step) {
+    return step.kind == StepKind::kCollective;
+  });
 }
 
 struct LazyFuseDeviceType : torch::lazy::BackendDeviceType {
@@ -298,6 +239,12 @@ class LazyFuseBackendImpl : public torch::lazy::BackendImplInterface {
     const auto* ours = dynamic_cast<const LazyFuseComputation*>(computation.get());
     TORCH_CHECK(ours != nullptr, "lazyfuse: cannot execute a foreign computation");
     const std::shared_ptr<const Program>& program = ours->program();
+    const bool on_stream = MayRunOnCpuStream(*program);
+    if (on_stream) {
+      SettleStreamResults(arguments);
+    } else {
+      SynchronizeCpuStream();  // the CPU kernels' runtime serves one run at a time
+    }
     const std::vector<bool> donated = DonatedArguments(arguments);
     std::vector<at::Tensor> parameters;
     parameters.reserve(arguments.size());
@@ -306,12 +253,16 @@ class LazyFuseBackendImpl : public torch::lazy::BackendImplInterface {
     }
     auto run = std::make_shared<ProgramRun>(StartProgram(program, std::move(parameters), donated));
     if (!Capturing()) {  // a step capture reads its frozen inputs after the run
-      run->let_go_of_parameter = [arguments](size_t k) {
+      run->let_go_of_parameter = [arguments = arguments.vec()](size_t k) {
         std::static_pointer_cast<LazyFuseBackendData>(arguments[k])->LetGo();
       };
     }
     std::vector<torch::lazy::BackendDataPtr> results;
-    results.reserve(program->results.size());
+    if (on_stream) {
+      results = ResultsRunOnCpuStream(std::move(run), device);
+      NoteExecution(computation, arguments, results, device);
+      return results;
+    }
     std::vector<at::Tensor> outputs;
     try {
       outputs = ContinueProgram(*run);
@@ -321,49 +272,12 @@ class LazyFuseBackendImpl : public torch::lazy::BackendImplInterface {
       }
       FailWithResultsPending(std::current_exception(), WhyResultsPending(*run));
       run->let_go_of_parameter = nullptr;  // it holds this call's arguments
-      auto finished = std::make_shared<FinishLater>(std::move(run));
-      const std::vector<const DerivedResult*> derived = DerivedByResult(*program);
-      for (size_t i = 0; i < program->results.size(); ++i) {
-        const BufferInfo& info = program->buffers[program->results[i]];
-        std::function<at::Tensor()> finish;
-        if (const DerivedResult* entry = derived[i]) {
-          finish = [finished,
-                    entry = *entry,
-                    sizes = info.sizes,
-                    holder = finished->Holder(entry->from)] {
-            return MakeDerivedResult(entry, sizes, finished->Result(entry.from));
-          };
-        } else {
-          finish = [finished, i, holder = finished->Holder(i)] { return finished->Result(i); };
-        }
-        results.push_back(std::make_shared<LazyFuseBackendData>(
-            device, torch::lazy::Shape(info.dtype, info.sizes), std::move(finish)));
-      }
+      results = ResultsFinishedOnRead(std::move(run), device);
       NoteExecution(computation, arguments, results, device);
       return results;
     }
     run.reset();  // its buffers would keep each view below alive beside its copy
-    const std::vector<const DerivedResult*> derived = DerivedByResult(*program);
-    for (const DerivedResult& entry : program->derived_results) {
-      // Made from the value the sync keeps: contiguous, as device data is.
-      // One copy at a time: each view's memory goes as its copy lands.
-      outputs[entry.result].reset();
-      outputs[entry.from] = outputs[entry.from].contiguous();
-    }
-    ShareIdenticalAliases(outputs);
-    for (size_t i = 0; i < outputs.size(); ++i) {
-      const BufferInfo& info = program->buffers[program->results[i]];
-      const torch::lazy::Shape shape(info.dtype, info.sizes);
-      if (const DerivedResult* entry = derived[i]) {
-        results.push_back(std::make_shared<LazyFuseBackendData>(
-            device, shape, [entry = *entry, sizes = info.sizes, from = outputs[entry->from]] {
-              return MakeDerivedResult(entry, sizes, from);
-            }));
-      } else {
-        results.push_back(
-            std::make_shared<LazyFuseBackendData>(device, shape, std::move(outputs[i])));
-      }
-    }
+    results = ResultsOfFinishedRun(std::move(outputs), *program, device);
     NoteExecution(computation, arguments, results, device);
     return results;
   }

@@ -178,6 +178,21 @@ void SetDonation(bool enabled) {
   g_donation.store(enabled, std::memory_order_relaxed);
 }
 
+namespace {
+std::atomic<bool> g_async_execution{[] {
+  const char* env = std::getenv("LAZYFUSE_ASYNC");
+  return env != nullptr && std::string(env) == "1";
+}()};
+}  // namespace
+
+bool AsyncExecutionEnabled() {
+  return g_async_execution.load(std::memory_order_relaxed);
+}
+
+void SetAsyncExecution(bool enabled) {
+  g_async_execution.store(enabled, std::memory_order_relaxed);
+}
+
 bool ReuseIrEnabled() {
   return FLAGS_torch_lazy_reuse_ir;
 }

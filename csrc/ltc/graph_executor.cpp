@@ -6,6 +6,7 @@
 
 #include "ltc/config.h"
 #include "ltc/device_data.h"
+#include "ltc/pending_run.h"
 #include "ltc/step_replay.h"
 
 namespace lazyfuse {
@@ -17,6 +18,7 @@ thread_local torch::lazy::hash_t t_pending_hash;
 // graph being synced, counted per data.
 struct FullSync {
   bool active = false;
+  bool may_return_early = false;
   std::unordered_map<const torch::lazy::BackendData*, long> graph_holders;
   std::exception_ptr failure;
   std::string explanation;
@@ -25,9 +27,10 @@ thread_local FullSync t_full_sync;
 
 class FullSyncScope {
  public:
-  FullSyncScope() {
+  explicit FullSyncScope(bool may_return_early) {
     t_full_sync = FullSync();
     t_full_sync.active = true;
+    t_full_sync.may_return_early = may_return_early;
   }
   ~FullSyncScope() {
     t_full_sync = FullSync();
@@ -64,6 +67,26 @@ void DropIrOfComputedTensor(const torch::lazy::LazyTensorPtr& tensor) {
   if (tensor->CurrentDataHandle() != nullptr && tensor->data()->ir_value) {
     tensor->data()->ir_value = torch::lazy::Value();
   }
+}
+
+at::Tensor ReadValue(const torch::lazy::LazyTensorPtr& tensor, bool detached) {
+  try {
+    return tensor->ToTensor(detached);
+  } catch (...) {
+    ClearKeptFailure(tensor->GetDevice());
+    throw;
+  }
+}
+
+void ClearKeptFailure(const torch::lazy::BackendDevice& device) {
+  try {
+    torch::lazy::LazyGraphExecutor::Get()->DeviceBarrier(device);
+  } catch (...) {
+  }
+}
+
+bool SyncMayReturnEarly() {
+  return t_full_sync.active && t_full_sync.may_return_early;
 }
 
 bool GraphMayOverwrite(const torch::lazy::BackendDataPtr& data) {
@@ -114,7 +137,7 @@ void LazyFuseGraphExecutor::SyncLiveTensorsGraph(const torch::lazy::BackendDevic
       pending.emplace_back(tensor, std::move(value));
     }
   }
-  FullSyncScope full_sync;
+  FullSyncScope full_sync(/*may_return_early=*/!wait);
   try {
     torch::lazy::LazyGraphExecutor::SyncLiveTensorsGraph(device, devices, wait);
     if (wait && device != nullptr) {
@@ -125,15 +148,15 @@ void LazyFuseGraphExecutor::SyncLiveTensorsGraph(const torch::lazy::BackendDevic
       tensor->SetIrValue(value);
     }
     if (device != nullptr) {
-      try {
-        DeviceBarrier(*device);  // takes the stored failure off the device
-      } catch (...) {
-      }
+      ClearKeptFailure(*device);
     }
     throw;
   }
   if (t_full_sync.failure) {
     RaiseWithResultsPending(t_full_sync.failure, t_full_sync.explanation);
+  }
+  if (wait) {
+    WaitForCpuStreamRuns();  // surfaces a failure of a graph an earlier mark_step left running
   }
   if (Capturing()) {
     std::vector<torch::lazy::BackendDataPtr> handles;

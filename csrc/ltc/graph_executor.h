@@ -20,6 +20,16 @@ torch::lazy::hash_t PendingGraphHash();
 // handle is the IR's value, so the IR is dropped.
 void DropIrOfComputedTensor(const torch::lazy::LazyTensorPtr& tensor);
 
+// The value of `tensor`, running its pending graph if it has one. LTC keeps
+// a failure of that graph on the device's lock, to raise again at the next
+// sync of any tensor; lazyfuse raises it here, at once, so it is taken off
+// the device and a later, unrelated read does not fail with it.
+at::Tensor ReadValue(const torch::lazy::LazyTensorPtr& tensor, bool detached);
+
+// Takes a failure LTC kept on the device's lock off it (see ReadValue): each
+// failure was raised already, by the sync whose graph failed.
+void ClearKeptFailure(const torch::lazy::BackendDevice& device);
+
 // Whether the graph this thread is about to run may overwrite `data`, one of
 // its parameters (buffer donation). It may when the sync covers every live
 // tensor (mark_step) and nothing but this graph's own DeviceData nodes holds
@@ -27,6 +37,10 @@ void DropIrOfComputedTensor(const torch::lazy::LazyTensorPtr& tensor);
 // once the graph has run. The memory itself must be unshared as well; the
 // caller checks that.
 bool GraphMayOverwrite(const torch::lazy::BackendDataPtr& data);
+
+// Whether this thread is syncing every live tensor for a mark_step that
+// does not wait: its graph may run after the sync returns.
+bool SyncMayReturnEarly();
 
 // The graph failed after a step that cannot be undone or redone: it had
 // overwritten some of its parameters, or run a collective. So it was not

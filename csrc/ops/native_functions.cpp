@@ -83,7 +83,7 @@ at::Tensor LazyNativeFunctions::_to_copy(const at::Tensor& self,
   if (device && device->type() != c10::kLazy) {
     // lazy -> eager: runs the pending graph of this tensor.
     SyncCollectivesBeforeRead();
-    at::Tensor eager = lazy_self->ToTensor(/*detached=*/true);
+    at::Tensor eager = ReadValue(lazy_self, /*detached=*/true);
     DropIrOfComputedTensor(lazy_self);
     return eager.to(options.device(device), non_blocking, /*copy=*/true);
   }
@@ -110,7 +110,7 @@ at::Tensor LazyNativeFunctions::_copy_from(const at::Tensor& self,
   } else if (!lazy_dst) {
     // lazy value into an eager tensor: materialise it
     SyncCollectivesBeforeRead();
-    at::Tensor value = lazy_self->ToTensor(/*detached=*/false);
+    at::Tensor value = ReadValue(lazy_self, /*detached=*/false);
     DropIrOfComputedTensor(lazy_self);
     dst.copy_(value, non_blocking);
   } else {
@@ -134,7 +134,7 @@ at::Tensor LazyNativeFunctions::_copy_from_and_resize(const at::Tensor& self,
     lazy_dst->UpdateFromTensorOut(self);
   } else if (!lazy_dst) {
     SyncCollectivesBeforeRead();
-    at::Tensor value = lazy_self->ToTensor(/*detached=*/true);
+    at::Tensor value = ReadValue(lazy_self, /*detached=*/true);
     dst.resize_as_(value).copy_(value);
   } else {
     lazy_dst->UpdateFromTensorOut(lazy_self);
@@ -150,7 +150,7 @@ at::Scalar LazyNativeFunctions::_local_scalar_dense(const at::Tensor& self) {
   auto lazy_self = LazyOrNull(self);
   TORCH_CHECK(lazy_self, "lazyfuse: item() on a tensor that is not lazy");
   SyncCollectivesBeforeRead();
-  at::Tensor value = lazy_self->ToTensor(/*detached=*/false);
+  at::Tensor value = ReadValue(lazy_self, /*detached=*/false);
   DropIrOfComputedTensor(lazy_self);
   return at::_local_scalar_dense(value.cpu());
 }

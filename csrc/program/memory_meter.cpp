@@ -18,8 +18,10 @@ void MemoryMeter::reportMemoryUsage(void* /*ptr*/,
   if (device.type() != device_type_) {
     return;
   }
-  allocated_ += alloc_size;
-  peak_ = std::max(peak_, allocated_);
+  const int64_t now = allocated_ += alloc_size;
+  int64_t peak = peak_.load();
+  while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
+  }
 }
 
 void MemoryMeter::DescribePeak(std::vector<HeldBuffer> held) {

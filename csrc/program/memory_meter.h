@@ -8,6 +8,7 @@
 
 #include <c10/core/Allocator.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -58,8 +59,9 @@ class MemoryMeter : public c10::MemoryReportingInfoBase {
  private:
   c10::DeviceType device_type_;
   std::shared_ptr<MemoryMeter> enclosing_;  // a meter started before this one also counts
-  int64_t allocated_ = 0;
-  int64_t peak_ = 0;
+  // Atomic: a graph on the CPU stream allocates while its caller traces.
+  std::atomic<int64_t> allocated_{0};
+  std::atomic<int64_t> peak_{0};
   int64_t described_peak_ = 0;
   std::vector<HeldBuffer> held_at_peak_;
 };

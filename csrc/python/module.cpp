@@ -14,6 +14,7 @@
 #include "ltc/graph_executor.h"
 #include "ltc/init.h"
 #include "ltc/node.h"
+#include "ltc/pending_run.h"
 #include "ops/autocast.h"
 #include "ops/functionalized_composite.h"
 #include "program/compile_log.h"
@@ -21,6 +22,7 @@
 #include "program/pending_graph.h"
 #include "python/bindings.h"
 #include "runtime/cpu/output_pool.h"
+#include "runtime/cpu/stream.h"
 #include "runtime/cuda/aot_compile.h"
 #include "runtime/cuda/nvrtc.h"
 #include "runtime/emulated/target.h"
@@ -59,6 +61,7 @@ void MarkStep(bool wait) {
 }
 
 py::dict MetricSummary(const std::string& name) {
+  SynchronizeCpuStream();
   py::dict out;
   torch::lazy::MetricData* data = torch::lazy::GetMetric(name);
   if (data == nullptr) {
@@ -92,7 +95,10 @@ PYBIND11_MODULE(_C, m) {
   m.def("_mark_step", &MarkStep, py::arg("wait") = false, py::call_guard<py::gil_scoped_release>());
   m.def(
       "_wait_device_ops",
-      [] { torch::lazy::LazyGraphExecutor::Get()->WaitDeviceOps({}); },
+      [] {
+        torch::lazy::LazyGraphExecutor::Get()->WaitDeviceOps({});
+        WaitForCpuStreamRuns();
+      },
       py::call_guard<py::gil_scoped_release>());
   m.def("_backing_device", [] { return BackingDevice().str(); });
   m.def("_reuse_ir", &ReuseIrEnabled);
@@ -108,6 +114,12 @@ PYBIND11_MODULE(_C, m) {
     return reinterpret_cast<uintptr_t>(data->tensor().const_data_ptr());
   });
   m.def("_set_donation", &SetDonation);
+  m.def("_clear_kept_failure", [] { ClearKeptFailure(DefaultBackendDevice()); });
+  m.def("_async_execution", &AsyncExecutionEnabled);
+  m.def("_set_async_execution", &SetAsyncExecution);
+  // At exit: the stream's thread must not be running kernels while the
+  // process tears down what they use.
+  m.def("_synchronize_cpu_stream", &SynchronizeCpuStream, py::call_guard<py::gil_scoped_release>());
   py::class_<MemoryMeter, std::shared_ptr<MemoryMeter>>(m, "_MemoryMeter")
       .def_property_readonly("allocated", &MemoryMeter::allocated)
       .def_property_readonly("peak", &MemoryMeter::peak)
@@ -138,8 +150,12 @@ PYBIND11_MODULE(_C, m) {
     return live;
   });
   m.def("_start_memory_meter", [] { return StartMemoryMeter(BackingDevice().type()); });
-  m.def("_stop_memory_meter", &StopMemoryMeter);
+  m.def("_stop_memory_meter", [](const std::shared_ptr<MemoryMeter>& meter) {
+    SynchronizeCpuStream();
+    StopMemoryMeter(meter);
+  });
   m.def("_cpu_output_pool", [] {
+    SynchronizeCpuStream();
     const OutputPoolStats stats = CpuOutputPoolStats();
     py::dict out;
     out["kept_bytes"] = stats.kept_bytes;
@@ -153,18 +169,37 @@ PYBIND11_MODULE(_C, m) {
     TORCH_CHECK(mib >= 0, "lazyfuse: set_cpu_cache_mb(", mib, "): use a number of MiB, 0 or more");
     SetCpuOutputPoolCap(mib << 20);
   });
-  m.def("_counter_names", &torch::lazy::GetCounterNames);
+  // Metrics count what the steps mark_step started did: a graph on the CPU
+  // stream (asynchronous execution) is waited for first.
+  m.def("_counter_names", [] {
+    SynchronizeCpuStream();
+    return torch::lazy::GetCounterNames();
+  });
   m.def("_counter_value", [](const std::string& name) -> int64_t {
+    SynchronizeCpuStream();
     torch::lazy::CounterData* data = torch::lazy::GetCounter(name);
     return data ? data->Value() : 0;
   });
-  m.def("_metric_names", &torch::lazy::GetMetricNames);
+  m.def("_metric_names", [] {
+    SynchronizeCpuStream();
+    return torch::lazy::GetMetricNames();
+  });
   m.def("_metric_summary", &MetricSummary);
-  m.def("_metrics_report", [] { return torch::lazy::CreateMetricReport(); });
+  m.def("_metrics_report", [] {
+    SynchronizeCpuStream();
+    return torch::lazy::CreateMetricReport();
+  });
   m.def("_last_graph_hash", [] { return torch::lazy::HashToString(PendingGraphHash()); });
-  m.def("_clear_counters", [] { torch::lazy::MetricsArena::Get()->ResetCounters(); });
-  m.def("_clear_metrics", [] { torch::lazy::MetricsArena::Get()->ResetMetrics(); });
+  m.def("_clear_counters", [] {
+    SynchronizeCpuStream();
+    torch::lazy::MetricsArena::Get()->ResetCounters();
+  });
+  m.def("_clear_metrics", [] {
+    SynchronizeCpuStream();
+    torch::lazy::MetricsArena::Get()->ResetMetrics();
+  });
   m.def("_reset_metrics", [] {
+    SynchronizeCpuStream();
     torch::lazy::MetricsArena::Get()->ResetCounters();
     torch::lazy::MetricsArena::Get()->ResetMetrics();
   });

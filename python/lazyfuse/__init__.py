@@ -7,6 +7,7 @@ value is read (``print``, ``.cpu()``, ``.item()``, a tensor in an ``if``).
 
 from __future__ import annotations
 
+import atexit
 import functools
 import importlib
 import os
@@ -52,6 +53,7 @@ _C._init()
 _C._dynamic_kernels()  # a bad LAZYFUSE_DYNAMIC raises here, not at the first kernel
 _C._cpu_output_pool()  # and a bad LAZYFUSE_CPU_CACHE_MB
 _torch_lazy.install()
+atexit.register(_C._synchronize_cpu_stream)
 device_module.register()
 # Frames under these folders are never a user's call site (compile log).
 _C._set_library_dirs(

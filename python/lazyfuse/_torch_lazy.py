@@ -67,6 +67,48 @@ def _lazy_only(name: str, binding: Callable[..., Any]) -> Callable[..., Any]:
     return checked
 
 
+def _wait_device_ops(devices: Iterable[str] | None = None) -> None:
+    """LTC's wait, plus the graphs lazyfuse's CPU stream runs (asynchronous
+    execution): one lazy device, so ``devices`` changes nothing."""
+    from lazyfuse import _C
+
+    _C._wait_device_ops()
+
+
+def _failure_raised_once(binding: Callable[..., Any]) -> Callable[..., Any]:
+    """A sync binding whose graph failure LTC would also keep on the device,
+    to raise again at the next, unrelated sync: lazyfuse raises it once."""
+
+    def synced(*args: Any, **kwargs: Any) -> Any:
+        from lazyfuse import _C
+
+        try:
+            return binding(*args, **kwargs)
+        except BaseException:
+            _C._clear_kept_failure()
+            raise
+
+    synced.__name__ = binding.__name__
+    synced.__wrapped__ = binding  # type: ignore[attr-defined]
+    return synced
+
+
+# LTC's metric bindings: a graph on the CPU stream is waited for first.
+_READS_METRICS = ("_counter_names", "_counter_value", "_metrics_report", "_reset_metrics")
+
+
+def _after_the_stream(binding: Callable[..., Any]) -> Callable[..., Any]:
+    def settled(*args: Any, **kwargs: Any) -> Any:
+        from lazyfuse import _C
+
+        _C._synchronize_cpu_stream()
+        return binding(*args, **kwargs)
+
+    settled.__name__ = binding.__name__
+    settled.__wrapped__ = binding  # type: ignore[attr-defined]
+    return settled
+
+
 def install() -> None:
     """Called once by ``import lazyfuse``."""
     ts_backend = torch._C._lazy_ts_backend
@@ -74,6 +116,13 @@ def install() -> None:
         if hasattr(ts_backend, name):
             setattr(ts_backend, name, _refuse(python_name))
     lazy = torch._C._lazy
+    lazy._wait_device_ops = _wait_device_ops
+    for name in _READS_METRICS:
+        binding = getattr(lazy, name, None)
+        if binding is not None and not hasattr(binding, "__wrapped__"):
+            setattr(lazy, name, _after_the_stream(binding))
+    if not hasattr(lazy._sync_multi, "__wrapped__"):
+        lazy._sync_multi = _failure_raised_once(lazy._sync_multi)
     for name in _READS_LAZY_TENSORS:
         binding = getattr(lazy, name, None)
         if binding is not None and not hasattr(binding, "__wrapped__"):

@@ -16,6 +16,9 @@ fallback to its ATen steps.
 New shapes reuse shape-generic kernels (``LAZYFUSE_DYNAMIC``, see
 ``dynamic_kernels``).
 
+With ``LAZYFUSE_ASYNC=1`` (see ``async_execution``), ``mark_step()`` on the CPU
+backing device returns before its graph has run, as it does on a GPU.
+
 Freed CPU kernel outputs of 1 MiB or more are kept for reuse, up to
 ``LAZYFUSE_CPU_CACHE_MB`` (see ``cpu_cache_mb``).
 """
@@ -51,6 +54,21 @@ def donation() -> bool:
 def set_donation(enabled: bool) -> None:
     """Turns buffer donation on or off for the graphs run from now on."""
     _C._set_donation(bool(enabled))
+
+
+def async_execution() -> bool:
+    """Whether ``mark_step()`` on the CPU backing device hands its graph to a
+    worker thread and returns, so the next step traces while the graph runs
+    (``LAZYFUSE_ASYNC=1``; off by default). A read of a result waits for it.
+    As on a GPU, a failure of such a graph surfaces at the next read,
+    ``mark_step()`` or ``wait_device_ops()``; its tensors keep their pending
+    values, and a read runs the rest of the graph again."""
+    return bool(_C._async_execution())
+
+
+def set_async_execution(enabled: bool) -> None:
+    """Turns asynchronous execution on or off for the mark_steps from now on."""
+    _C._set_async_execution(bool(enabled))
 
 
 def set_reuse_ir(enabled: bool) -> None:

@@ -13,8 +13,8 @@ CSRC = Path(__file__).resolve().parents[2] / "csrc"
 ARCHITECTURE = CSRC.parent / "docs" / "architecture.md"
 
 # What each stage may include besides itself. `generated` is torchgen's
-# output, the ops stage's other half. The backend and init in ltc/ wire every
-# stage together and may include any of them.
+# output, the ops stage's other half. The backend, its pending runs and init
+# in ltc/ wire every stage together and may include any of them.
 ALLOWED: dict[str, set[str]] = {
     "ltc": set(),
     "program": {"ltc"},
@@ -24,7 +24,14 @@ ALLOWED: dict[str, set[str]] = {
     "runtime": {"program", "fusion", "kernels"},
     "python": {"ltc", "program", "ops", "fusion", "kernels", "runtime", "generated"},
 }
-WIRING = {"ltc/backend_impl.h", "ltc/backend_impl.cpp", "ltc/init.h", "ltc/init.cpp"}
+WIRING = {
+    "ltc/backend_impl.h",
+    "ltc/backend_impl.cpp",
+    "ltc/init.h",
+    "ltc/init.cpp",
+    "ltc/pending_run.h",
+    "ltc/pending_run.cpp",
+}
 MAX_LINES = 500
 INCLUDE = re.compile(r'^#include "([^"]+)"', re.MULTILINE)
 

@@ -1,0 +1,292 @@
+#include "ltc/pending_run.h"
+
+#include <ATen/ThreadLocalState.h>
+#include <c10/util/Exception.h>
+#include <torch/csrc/lazy/core/metrics.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <mutex>
+
+#include "ltc/backend_data.h"
+#include "runtime/cpu/stream.h"
+#include "runtime/result_aliases.h"
+
+namespace lazyfuse {
+namespace {
+
+// By result, the entry that derives it, or nullptr.
+std::vector<const DerivedResult*> DerivedByResult(const Program& program) {
+  std::vector<const DerivedResult*> derived(program.results.size(), nullptr);
+  for (const DerivedResult& entry : program.derived_results) {
+    derived[entry.result] = &entry;
+  }
+  return derived;
+}
+
+// The views a successful run returns for derived results go, one at a time,
+// as the contiguous copy each base is kept as lands; results that are one
+// tensor become one.
+void SettleOutputs(const Program& program, std::vector<at::Tensor>& outputs) {
+  for (const DerivedResult& entry : program.derived_results) {
+    outputs[entry.result].reset();
+    if (outputs[entry.from].defined()) {
+      outputs[entry.from] = outputs[entry.from].contiguous();
+    }
+  }
+  ShareIdenticalAliases(outputs);
+}
+
+class PendingRun {
+ public:
+  PendingRun(std::shared_ptr<ProgramRun> run, bool on_stream)
+      : run_(std::move(run)),
+        program_(run_->program),
+        on_stream_(on_stream),
+        holders_(program_->results.size()) {
+    for (const DerivedResult& entry : program_->derived_results) {
+      derived_from_.push_back(entry.from);
+    }
+  }
+
+  std::vector<torch::lazy::BackendDataPtr> Results(std::shared_ptr<PendingRun> self,
+                                                   const torch::lazy::BackendDevice& device) {
+    const std::vector<const DerivedResult*> derived = DerivedByResult(*program_);
+    std::vector<torch::lazy::BackendDataPtr> results;
+    results.reserve(program_->results.size());
+    for (size_t i = 0; i < program_->results.size(); ++i) {
+      const BufferInfo& info = program_->buffers[program_->results[i]];
+      std::function<at::Tensor()> make;
+      if (const DerivedResult* entry = derived[i]) {
+        make = [self, entry = *entry, sizes = info.sizes, holder = Holder(entry->from)] {
+          return MakeDerivedResult(entry, sizes, self->Result(entry.from, /*keep=*/true));
+        };
+      } else {
+        make = [self, i, holder = Holder(i)] { return self->Result(i, /*keep=*/false); };
+      }
+      results.push_back(std::make_shared<LazyFuseBackendData>(
+          device, torch::lazy::Shape(info.dtype, info.sizes), std::move(make), on_stream_));
+    }
+    return results;
+  }
+
+  // On the stream's thread, under the state of the thread that handed it over.
+  void RunOnStream(const at::ThreadLocalState& state) {
+    {
+      at::ThreadLocalStateGuard guard(state);
+      std::lock_guard<std::mutex> lock(mutex_);
+      try {
+        Finish(/*all=*/true);
+        // A result no tensor holds any more goes now, as it would in mark_step.
+        for (size_t k = 0; k < holders_.size(); ++k) {
+          if (holders_[k].expired() && !IsDerivedFrom(k)) {
+            outputs_[k].reset();
+          }
+        }
+      } catch (...) {
+        TORCH_LAZY_COUNTER("LazyFuseStreamRunFailures", 1);
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lock(attempted_mutex_);
+      attempted_ = true;
+    }
+    attempted_cv_.notify_all();
+  }
+
+  bool Unfinished() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return run_ != nullptr;
+  }
+
+  // What a read of a failed stream run raised, if a read raised.
+  std::string failure() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return failure_;
+  }
+
+ private:
+  // Kept alive by whatever holds result `index`'s pending data.
+  std::shared_ptr<void> Holder(size_t index) {
+    auto holder = std::make_shared<size_t>(index);
+    holders_.at(index) = holder;
+    return holder;
+  }
+
+  // `keep`: a derived result reads this one again.
+  at::Tensor Result(size_t index, bool keep) {
+    if (on_stream_) {
+      std::unique_lock<std::mutex> lock(attempted_mutex_);
+      attempted_cv_.wait(lock, [&] { return attempted_; });
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (run_ != nullptr) {
+      if (on_stream_) {
+        SynchronizeCpuStream();  // nothing runs beside a second try
+      }
+      try {
+        Finish(/*all=*/false);
+      } catch (c10::Error& error) {
+        if (on_stream_) {
+          failure_ = error.what_without_backtrace();
+          error.add_context(
+              "lazyfuse: this graph ran on the CPU stream after mark_step returned "
+              "(asynchronous execution, LAZYFUSE_ASYNC=1) and failed there; this read ran "
+              "its rest again, which failed too. Its tensors keep their pending values: free "
+              "memory, or delete the tensors whose step fails, then read the others.");
+        }
+        throw;
+      }
+    }
+    at::Tensor value = outputs_.at(index);
+    if (!keep && !IsDerivedFrom(index)) {
+      outputs_[index].reset();  // the datum read owns it now, so the next graph may donate it
+    }
+    return value;
+  }
+
+  bool IsDerivedFrom(size_t index) const {
+    return std::find(derived_from_.begin(), derived_from_.end(), index) != derived_from_.end();
+  }
+
+  // Runs the steps left: with `all`, as mark_step would have; otherwise only
+  // those a result still held needs (the rest may be what failed).
+  void Finish(bool all) {
+    std::vector<bool> wanted;
+    if (!all) {
+      wanted.resize(holders_.size());
+      for (size_t k = 0; k < holders_.size(); ++k) {
+        wanted[k] = !holders_[k].expired();
+      }
+    }
+    outputs_ = ContinueProgram(*run_, wanted);
+    run_.reset();
+    if (on_stream_) {
+      SettleOutputs(*program_, outputs_);
+    } else {
+      TORCH_LAZY_COUNTER("LazyFuseGraphsFinishedLater", 1);
+    }
+  }
+
+  std::mutex mutex_;
+  std::shared_ptr<ProgramRun> run_;
+  std::shared_ptr<const Program> program_;
+  const bool on_stream_;
+  std::vector<std::weak_ptr<void>> holders_;
+  std::vector<size_t> derived_from_;
+  std::vector<at::Tensor> outputs_;
+  std::string failure_;
+
+  std::mutex attempted_mutex_;
+  std::condition_variable attempted_cv_;
+  bool attempted_ = false;
+};
+
+std::mutex g_stream_runs_mutex;
+// Runs handed to the stream and not yet waited for (WaitForCpuStreamRuns).
+std::vector<std::weak_ptr<PendingRun>> g_stream_runs;
+
+}  // namespace
+
+std::vector<torch::lazy::BackendDataPtr> ResultsFinishedOnRead(
+    std::shared_ptr<ProgramRun> run, const torch::lazy::BackendDevice& device) {
+  auto pending = std::make_shared<PendingRun>(std::move(run), /*on_stream=*/false);
+  return pending->Results(pending, device);
+}
+
+std::vector<torch::lazy::BackendDataPtr> ResultsRunOnCpuStream(
+    std::shared_ptr<ProgramRun> run, const torch::lazy::BackendDevice& device) {
+  auto pending = std::make_shared<PendingRun>(std::move(run), /*on_stream=*/true);
+  std::vector<torch::lazy::BackendDataPtr> results = pending->Results(pending, device);
+  {
+    std::lock_guard<std::mutex> lock(g_stream_runs_mutex);
+    g_stream_runs.push_back(pending);
+  }
+  SubmitToCpuStream([pending, state = at::ThreadLocalState()] { pending->RunOnStream(state); });
+  TORCH_LAZY_COUNTER("LazyFuseStreamRuns", 1);
+  return results;
+}
+
+void SettleStreamResults(c10::ArrayRef<torch::lazy::BackendDataPtr> data) {
+  for (const auto& datum : data) {
+    const auto* ours = dynamic_cast<const LazyFuseBackendData*>(datum.get());
+    if (ours != nullptr && ours->in_flight()) {
+      ours->tensor();
+    }
+  }
+}
+
+void WaitForCpuStreamRuns() {
+  SynchronizeCpuStream();
+  std::vector<std::weak_ptr<PendingRun>> runs;
+  {
+    std::lock_guard<std::mutex> lock(g_stream_runs_mutex);
+    runs.swap(g_stream_runs);
+  }
+  for (const auto& weak : runs) {
+    if (const std::shared_ptr<PendingRun> run = weak.lock()) {
+      TORCH_CHECK(!run->Unfinished(),
+                  "lazyfuse: a graph that mark_step handed to the CPU stream (asynchronous "
+                  "execution, LAZYFUSE_ASYNC=1) failed when it ran. Nothing is lost: its tensors "
+                  "keep their pending values, and reading one runs the rest of the graph again "
+                  "(raising its error if it fails again).",
+                  run->failure().empty() ? "" : " The last read raised: " + run->failure());
+    }
+  }
+}
+
+std::string WhyResultsPending(const ProgramRun& run) {
+  if (!run.ran_collective.empty() && !run.lost.empty()) {
+    return "the collective " + run.ran_collective +
+           " failed. A collective is never retried, since other ranks may have completed it: "
+           "the values this graph computes are lost, and reading one of them raises this "
+           "error. Every rank must stop, or re-create the process group and reassign those "
+           "tensors (for example, load a checkpoint).";
+  }
+  if (!run.lost.empty()) {
+    return "the failing kernel had already begun writing its results over the memory of some "
+           "of its inputs (buffer donation), parameters among them, so neither it nor the "
+           "graph can be run again: the values this graph computes are lost, and reading one "
+           "of them raises this error. Reassign those tensors (for example, load a checkpoint) "
+           "to go on. LAZYFUSE_DONATE=0 turns donation off.";
+  }
+  const std::string cause =
+      run.ran_collective.empty()
+          ? "had already written results over some of its inputs, or let go of them (buffer "
+            "donation)"
+          : "had already run the collective " + run.ran_collective +
+                ", which every rank runs exactly once";
+  return "the graph " + cause +
+         ", so it cannot be redone from the start. Nothing is lost: the tensors it computes keep "
+         "their pending values, and the graph finishes when one of them is next read (free "
+         "memory first if it ran out). A step that fails on its inputs' values fails again "
+         "while a tensor that needs it is alive: delete those tensors, then read the others." +
+         (run.ran_collective.empty() ? std::string(" LAZYFUSE_DONATE=0 turns donation off.")
+                                     : std::string());
+}
+
+std::vector<torch::lazy::BackendDataPtr> ResultsOfFinishedRun(
+    std::vector<at::Tensor> outputs,
+    const Program& program,
+    const torch::lazy::BackendDevice& device) {
+  SettleOutputs(program, outputs);
+  const std::vector<const DerivedResult*> derived = DerivedByResult(program);
+  std::vector<torch::lazy::BackendDataPtr> results;
+  results.reserve(outputs.size());
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const BufferInfo& info = program.buffers[program.results[i]];
+    const torch::lazy::Shape shape(info.dtype, info.sizes);
+    if (const DerivedResult* entry = derived[i]) {
+      results.push_back(std::make_shared<LazyFuseBackendData>(
+          device, shape, [entry = *entry, sizes = info.sizes, from = outputs[entry->from]] {
+            return MakeDerivedResult(entry, sizes, from);
+          }));
+    } else {
+      results.push_back(
+          std::make_shared<LazyFuseBackendData>(device, shape, std::move(outputs[i])));
+    }
+  }
+  return results;
+}
+
+}  // namespace lazyfuse

@@ -1,0 +1,50 @@
+#pragma once
+
+// The results of a graph run that has not finished, as device data each made
+// on its first read:
+// - a run that failed after a step that cannot be undone (it overwrote some
+//   of its parameters, or ran a collective) finishes on that read, on the
+//   reading thread;
+// - a run mark_step handed to the CPU stream (asynchronous execution,
+//   runtime/cpu/stream.h) runs there while the next step traces, and a read
+//   waits for it. If it failed there, nothing is lost: a read runs the rest
+//   of it again, and raises if it fails again.
+
+#include <torch/csrc/lazy/backend/backend_data.h>
+#include <torch/csrc/lazy/backend/backend_device.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "program/executor.h"
+
+namespace lazyfuse {
+
+// Pending data for each of the failed `run`'s results.
+std::vector<torch::lazy::BackendDataPtr> ResultsFinishedOnRead(
+    std::shared_ptr<ProgramRun> run, const torch::lazy::BackendDevice& device);
+
+// Hands `run`, not yet started, to the CPU stream and returns pending data
+// for each of its results.
+std::vector<torch::lazy::BackendDataPtr> ResultsRunOnCpuStream(
+    std::shared_ptr<ProgramRun> run, const torch::lazy::BackendDevice& device);
+
+// Makes the values of those of `data` that wait for the CPU stream: a graph
+// reads its arguments' values, and decides donation, only once they exist.
+void SettleStreamResults(c10::ArrayRef<torch::lazy::BackendDataPtr> data);
+
+// Waits for every graph on the CPU stream, then raises the first failure of
+// one whose results are still pending.
+void WaitForCpuStreamRuns();
+
+// Why a failed run keeps its results pending instead of starting over.
+std::string WhyResultsPending(const ProgramRun& run);
+
+// The results of a successful run as device data.
+std::vector<torch::lazy::BackendDataPtr> ResultsOfFinishedRun(
+    std::vector<at::Tensor> outputs,
+    const Program& program,
+    const torch::lazy::BackendDevice& device);
+
+}  // namespace lazyfuse

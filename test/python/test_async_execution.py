@@ -1,0 +1,249 @@
+"""Asynchronous execution on the CPU backing device (LAZYFUSE_ASYNC=1):
+mark_step hands its graph to the CPU stream and returns, so the next step
+traces while the graph runs. Values must be eager's; a read waits for the
+graph; a failure surfaces at the next read, mark_step(wait=True) or
+wait_device_ops, and loses nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import torch
+import torch._lazy
+import torch.nn.functional as F
+
+import lazyfuse
+from conftest import HOST_COMPILER, NO_CPU_KERNELS, ON_CUDA
+from lazyfuse.demo import LeNet5
+
+pytestmark = pytest.mark.skipif(
+    ON_CUDA, reason="asynchronous execution is the CPU backing device's; CUDA streams are already"
+)
+
+STREAM_RUNS = "LazyFuseStreamRuns"
+STREAM_FAILURES = "LazyFuseStreamRunFailures"
+
+
+@pytest.fixture(autouse=True)
+def asynchronous() -> Iterator[None]:
+    before = lazyfuse.config.async_execution()
+    lazyfuse.config.set_async_execution(True)
+    try:
+        yield
+    finally:
+        lazyfuse.config.set_async_execution(before)
+
+
+@pytest.fixture(params=["aten", "cpu"])
+def steps(request: pytest.FixtureRequest) -> Iterator[str]:
+    if request.param == "aten":
+        with lazyfuse.config.kernel_settings_as(emulate_cuda=False, cpu_kernels=False):
+            yield request.param
+        return
+    if not HOST_COMPILER:
+        pytest.skip(NO_CPU_KERNELS)
+    with lazyfuse.config.kernel_settings_as(emulate_cuda=False, cpu_kernels=True, strict=True):
+        yield request.param
+
+
+def counter(name: str) -> int:
+    return lazyfuse.metrics.counter_value(name)
+
+
+def model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.LayerNorm(32), torch.nn.Linear(32, 4)
+    )
+
+
+def test_training_matches_eager_with_every_graph_on_the_stream(steps: str, lazy) -> None:
+    eager, ours = model(), model().to(lazy)
+    eager_opt = torch.optim.AdamW(eager.parameters(), lr=1e-2)
+    our_opt = torch.optim.AdamW(ours.parameters(), lr=1e-2)
+    torch.manual_seed(1)
+    batches = [(torch.randn(8, 16), torch.randint(0, 4, (8,))) for _ in range(6)]
+    eager_losses, our_losses = [], []
+    for x, y in batches:
+        for net, opt, losses, device in (
+            (eager, eager_opt, eager_losses, "cpu"),
+            (ours, our_opt, our_losses, lazy),
+        ):
+            opt.zero_grad()
+            loss = F.cross_entropy(net(x.to(device)), y.to(device))
+            loss.backward()
+            opt.step()
+            losses.append(loss)
+        lazyfuse.mark_step()
+    assert counter(STREAM_RUNS) == len(batches)
+    # Read after later steps ran: each loss keeps its own step's value.
+    torch.testing.assert_close([loss.cpu() for loss in our_losses], eager_losses)
+    for mine, theirs in zip(ours.parameters(), eager.parameters(), strict=True):
+        torch.testing.assert_close(mine.cpu(), theirs)
+
+
+def test_parameters_are_still_updated_in_place(lazy) -> None:
+    # Donation decides once the previous step's values exist: a step whose
+    # parameters are still in flight waits for them, then donates them.
+    before = lazyfuse.config.donation()
+    lazyfuse.config.set_donation(True)
+    try:
+        net = model().to(lazy)
+        opt = torch.optim.SGD(net.parameters(), lr=0.1)
+        for _ in range(3):
+            opt.zero_grad()
+            net(torch.randn(4, 16).to(lazy)).square().mean().backward()
+            opt.step()
+            lazyfuse.mark_step()
+        assert counter(STREAM_RUNS) == 3
+        assert counter("LazyFuseDonatedParameters") > 0
+    finally:
+        lazyfuse.config.set_donation(before)
+
+
+def test_reads_and_partial_syncs_see_the_latest_values(lazy) -> None:
+    x = torch.arange(6.0).to(lazy)
+    for k in range(4):
+        x = x * 2 + 1
+        lazyfuse.mark_step()
+        expected = torch.arange(6.0)
+        for _ in range(k + 1):
+            expected = expected * 2 + 1
+        # .cpu() and .item() sync only what they read, synchronously, from
+        # values a stream graph is still computing.
+        torch.testing.assert_close(x.cpu(), expected)
+        assert (x.sum() + 0).item() == expected.sum().item()
+
+
+def test_a_failing_graph_raises_at_the_next_read_and_loses_nothing(steps: str, lazy) -> None:
+    base = torch.arange(4.0).to(lazy)
+    good = base * 3
+    bad = base.index_select(0, torch.tensor([0, 99]).to(lazy))
+    lazyfuse.mark_step()  # returns before the graph has run, so cannot raise its failure
+    with pytest.raises(RuntimeError, match=r"(?s)index_select.*index out of range.*CPU stream"):
+        bad.cpu()
+    assert counter(STREAM_FAILURES) == 1
+    # Every value the graph computes stays pending: with the tensor whose
+    # step fails gone, the rest of the graph runs on the next read.
+    del bad
+    torch.testing.assert_close(good.cpu(), torch.arange(4.0) * 3)
+    torch.testing.assert_close(base.cpu(), torch.arange(4.0))
+    lazyfuse.mark_step(wait=True)  # the failure was read and resolved: nothing to report
+    torch.testing.assert_close((good + 1).cpu(), torch.arange(4.0) * 3 + 1)
+
+
+@pytest.mark.parametrize("wait", ["mark_step", "lazyfuse", "torch._lazy"])
+def test_a_wait_raises_the_failure_of_an_earlier_graph(wait: str, lazy) -> None:
+    base = torch.arange(4.0).to(lazy)
+    bad = base.index_select(0, torch.tensor([5]).to(lazy))
+    lazyfuse.mark_step()
+    message = r"(?s)failed when it ran.*Nothing is lost"
+    with pytest.raises(RuntimeError, match=message):
+        if wait == "mark_step":
+            lazyfuse.mark_step(wait=True)
+        elif wait == "lazyfuse":
+            lazyfuse.wait_device_ops()
+        else:
+            torch._lazy.wait_device_ops()
+    with pytest.raises(RuntimeError, match="index out of range"):
+        bad.cpu()  # the same failure again: its input has not changed
+    del bad
+    torch.testing.assert_close(base.cpu(), torch.arange(4.0))
+    lazyfuse.wait_device_ops()  # the failed graph's results are gone: nothing left to report
+
+
+def test_the_next_step_that_reads_a_failed_result_fails_and_keeps_its_own(lazy) -> None:
+    base = torch.arange(4.0).to(lazy)
+    bad = base.index_select(0, torch.tensor([7]).to(lazy))
+    lazyfuse.mark_step()
+    after = bad + 1
+    # The next graph reads `bad`, so it first runs the failed graph's rest
+    # again, on this thread: that fails, and this mark_step raises it.
+    with pytest.raises(RuntimeError, match=r"(?s)index out of range.*CPU stream"):
+        lazyfuse.mark_step()
+    with pytest.raises(RuntimeError, match="index out of range"):
+        after.cpu()  # its IR was kept: nothing of the step is lost
+    bad = base.index_select(0, torch.tensor([1]).to(lazy))  # the user repairs the input
+    after = bad + 1
+    lazyfuse.mark_step()
+    torch.testing.assert_close(after.cpu(), torch.tensor([2.0]))
+
+
+def test_off_runs_each_graph_in_mark_step(lazy) -> None:
+    lazyfuse.config.set_async_execution(False)
+    x = torch.ones(3).to(lazy) * 2
+    lazyfuse.mark_step()
+    assert counter(STREAM_RUNS) == 0
+    torch.testing.assert_close(x.cpu(), torch.full((3,), 2.0))
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("read", ["cpu", "item", "sync_multi"])
+def test_a_failed_read_does_not_fail_the_next_unrelated_one(mode: str, read: str, lazy) -> None:
+    # LTC keeps a graph's failure on the device, to raise at the next sync of
+    # anything; lazyfuse raised it already, so an unrelated read must not
+    # fail with it (it did, before ClearKeptFailure).
+    lazyfuse.config.set_async_execution(mode == "async")
+    bad = (torch.arange(4.0).to(lazy).index_select(0, torch.tensor([9]).to(lazy)) + 1).sum()
+    with pytest.raises(RuntimeError, match="index out of range"):
+        if read == "cpu":
+            bad.cpu()
+        elif read == "item":
+            bad.item()
+        else:
+            torch._lazy.sync_multi([bad], [])
+    del bad
+    other = torch.ones(2).to(lazy) * 3
+    torch.testing.assert_close(other.cpu(), torch.full((2,), 3.0))
+    lazyfuse.mark_step(wait=True)
+
+
+def lenet() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return LeNet5()
+
+
+def transformer_layer() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True),
+        torch.nn.Flatten(),
+        torch.nn.Linear(8 * 32, 4),
+    )
+
+
+@pytest.mark.parametrize(
+    "build, shape",
+    [(lenet, (4, 1, 28, 28)), (transformer_layer, (4, 8, 32))],
+    ids=["lenet5", "transformer_layer"],
+)
+def test_models_train_like_eager(steps: str, build, shape, lazy) -> None:
+    eager, ours = build(), build().to(lazy)
+    # SGD: Adam turns the rounding noise of a gradient that is zero in exact
+    # arithmetic (attention's key bias) into full-size steps, in sync mode too.
+    eager_opt = torch.optim.SGD(eager.parameters(), lr=1e-2, momentum=0.9)
+    our_opt = torch.optim.SGD(ours.parameters(), lr=1e-2, momentum=0.9)
+    torch.manual_seed(2)
+    for _ in range(4):
+        x, y = torch.randn(shape), torch.randint(0, 4, (shape[0],))
+        for net, opt, device in ((eager, eager_opt, "cpu"), (ours, our_opt, lazy)):
+            opt.zero_grad()
+            F.cross_entropy(net(x.to(device))[:, :4], y.to(device)).backward()
+            opt.step()
+        lazyfuse.mark_step()
+    assert counter(STREAM_RUNS) == 4
+    for mine, theirs in zip(ours.parameters(), eager.parameters(), strict=True):
+        torch.testing.assert_close(mine.cpu(), theirs, rtol=1e-4, atol=1e-5)
+
+
+def test_emulated_cuda_kernels_run_on_the_stream(lazy) -> None:
+    if not HOST_COMPILER:
+        pytest.skip(NO_CPU_KERNELS)
+    with lazyfuse.config.kernel_settings_as(emulate_cuda=True, strict=True):
+        x = torch.randn(64, 33)
+        y = (x.to(lazy) * 2).softmax(-1) + 1
+        lazyfuse.mark_step()
+        torch.testing.assert_close(y.cpu(), (x * 2).softmax(-1) + 1)
+        assert counter(STREAM_RUNS) == 1
+        assert counter("LazyFuseKernelLaunches") > 0
