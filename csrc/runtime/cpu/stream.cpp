@@ -75,8 +75,8 @@ class CpuStream {
 
   // The thread that submitted keeps tracing the next step beside this run:
   // the run takes one core fewer than it would, so that neither waits for
-  // the other's threads. On 2 cores this made a traced MLP step 1.4x faster
-  // than the run using both (docs/performance.md). OpenMP counts threads per
+  // the other's threads. On 2 cores, in one run, this made a traced MLP step
+  // 1.4x faster than a run on both (docs/performance.md). OpenMP counts threads per
   // calling thread; torch's own pool, if built without OpenMP, is shared.
   void UseThreadsBeside(int caller_threads) {
 #ifdef _OPENMP
