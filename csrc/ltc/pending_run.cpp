@@ -200,6 +200,13 @@ std::vector<torch::lazy::BackendDataPtr> ResultsRunOnCpuStream(
   std::vector<torch::lazy::BackendDataPtr> results = pending->Results(pending, device);
   {
     std::lock_guard<std::mutex> lock(g_stream_runs_mutex);
+    if (g_stream_runs.size() >= 64) {  // a loop that never waits keeps no trail
+      g_stream_runs.erase(
+          std::remove_if(g_stream_runs.begin(),
+                         g_stream_runs.end(),
+                         [](const std::weak_ptr<PendingRun>& run) { return run.expired(); }),
+          g_stream_runs.end());
+    }
     g_stream_runs.push_back(pending);
   }
   SubmitToCpuStream([pending, state = at::ThreadLocalState()] { pending->RunOnStream(state); });

@@ -128,8 +128,4 @@ void SynchronizeCpuStream() {
   }
 }
 
-bool OnCpuStream() {
-  return t_on_stream;
-}
-
 }  // namespace lazyfuse

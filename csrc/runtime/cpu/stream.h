@@ -19,7 +19,4 @@ void SubmitToCpuStream(std::function<void()> work);
 // time. Returns at once on the stream's own thread.
 void SynchronizeCpuStream();
 
-// Whether the calling thread is the stream's.
-bool OnCpuStream();
-
 }  // namespace lazyfuse
