@@ -106,10 +106,14 @@ class PendingRun {
   }
 
  private:
-  // Kept alive by whatever holds result `index`'s pending data.
+  // Kept alive by whatever holds pending data that reads result `index`:
+  // its own, and that of a result derived from it, share one.
   std::shared_ptr<void> Holder(size_t index) {
+    if (std::shared_ptr<void> held = holders_.at(index).lock()) {
+      return held;
+    }
     auto holder = std::make_shared<size_t>(index);
-    holders_.at(index) = holder;
+    holders_[index] = holder;
     return holder;
   }
 

@@ -247,3 +247,18 @@ def test_emulated_cuda_kernels_run_on_the_stream(lazy) -> None:
         torch.testing.assert_close(y.cpu(), (x * 2).softmax(-1) + 1)
         assert counter(STREAM_RUNS) == 1
         assert counter("LazyFuseKernelLaunches") > 0
+
+
+def test_a_base_read_after_its_view_is_gone_is_made_from_the_view(lazy) -> None:
+    # The graph returns `base` as a function of its view `view`
+    # (runtime/result_aliases.h). With the view dropped, the rest of the
+    # failed graph must still compute the view, which the base is made from.
+    x = torch.randn(3, 4)
+    lazy_x = x.to(lazy)
+    bad = lazy_x.index_select(0, torch.tensor([11]).to(lazy))  # fails before the view runs
+    base = lazy_x * 2
+    view = base.t()
+    lazyfuse.mark_step()
+    assert "derived: result" in lazyfuse.debug.last_program()
+    del view, bad
+    torch.testing.assert_close(base.cpu(), x * 2)
