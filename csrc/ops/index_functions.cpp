@@ -16,14 +16,11 @@
 #include "generated/LazyNativeFunctions.h"
 #include "ops/closure_node.h"
 #include "ops/device_checks.h"
+#include "ops/meta_tensors.h"
 #include "ops/scalar_operands.h"
 
 namespace lazyfuse {
 namespace {
-
-at::Tensor OnMeta(const at::Tensor& tensor) {
-  return at::empty_strided(tensor.sizes(), tensor.strides(), tensor.options().device(at::kMeta));
-}
 
 // The index list with every index on the lazy device as a long tensor. Boolean
 // masks become long indices through nonzero: the result size depends on the

@@ -23,6 +23,7 @@
 #include "ops/functional_tensors.h"
 #include "ops/functionalized_composite.h"
 #include "ops/inference_mode.h"
+#include "ops/meta_tensors.h"
 
 namespace lazyfuse {
 namespace {
@@ -337,9 +338,6 @@ at::Tensor LazyNativeFunctions::index_select(const at::Tensor& self,
       torch::lazy::GetLtcTensorOrCreateForWrappedNumber(index, *device)->GetIrValue();
   torch::lazy::NodePtr node = torch::lazy::ReuseNode<IndexSelect>(self_value, dim, index_value);
   if (!node) {
-    auto on_meta = [](const at::Tensor& t) {
-      return at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kMeta));
-    };
     std::vector<torch::lazy::Shape> shapes;
     const bool int_index = index.scalar_type() == at::kLong || index.scalar_type() == at::kInt;
     if (self.dim() > 0 && index.dim() <= 1 && int_index) {
@@ -348,7 +346,7 @@ at::Tensor LazyNativeFunctions::index_select(const at::Tensor& self,
       sizes[at::maybe_wrap_dim(dim, self.dim())] = index.numel();
       shapes.emplace_back(self.scalar_type(), std::move(sizes));
     } else {  // the meta kernel's rules, and its errors
-      at::Tensor out = at::index_select(on_meta(self), dim, on_meta(index));
+      at::Tensor out = at::index_select(OnMeta(self), dim, OnMeta(index));
       shapes.emplace_back(out.scalar_type(), out.sizes().vec());
     }
     node = torch::lazy::MakeNode<IndexSelect>(self_value, dim, index_value, std::move(shapes));

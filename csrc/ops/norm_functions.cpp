@@ -16,20 +16,10 @@
 #include "generated/LazyIr.h"
 #include "generated/LazyNativeFunctions.h"
 #include "ops/device_checks.h"
+#include "ops/meta_tensors.h"
 
 namespace lazyfuse {
 namespace {
-
-at::Tensor OnMeta(const at::Tensor& tensor) {
-  return at::empty_strided(tensor.sizes(), tensor.strides(), tensor.options().device(at::kMeta));
-}
-
-std::optional<at::Tensor> OnMeta(const std::optional<at::Tensor>& tensor) {
-  if (!tensor.has_value() || !tensor->defined()) {
-    return std::nullopt;
-  }
-  return OnMeta(*tensor);
-}
 
 std::optional<torch::lazy::Value> ValueOf(const std::optional<at::Tensor>& tensor,
                                           const torch::lazy::BackendDevice& device) {

@@ -5,12 +5,12 @@
 #include <ATen/native/ReduceOpsUtils.h>
 #include <ATen/native/TypeProperties.h>
 
+#include "ops/meta_tensors.h"
+
 namespace torch::lazy {
 namespace {
 
-at::Tensor OnMeta(const at::Tensor& tensor) {
-  return at::empty_strided(tensor.sizes(), tensor.strides(), tensor.options().device(at::kMeta));
-}
+using lazyfuse::OnMeta;
 
 Shape ShapeOf(const at::Tensor& tensor) {
   return Shape(tensor.scalar_type(), tensor.sizes().vec());
