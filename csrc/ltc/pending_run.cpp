@@ -43,11 +43,7 @@ class PendingRun {
       : run_(std::move(run)),
         program_(run_->program),
         on_stream_(on_stream),
-        holders_(program_->results.size()) {
-    for (const DerivedResult& entry : program_->derived_results) {
-      derived_from_.push_back(entry.from);
-    }
-  }
+        holders_(program_->results.size()) {}
 
   std::vector<torch::lazy::BackendDataPtr> Results(std::shared_ptr<PendingRun> self,
                                                    const torch::lazy::BackendDevice& device) {
@@ -150,7 +146,9 @@ class PendingRun {
   }
 
   bool IsDerivedFrom(size_t index) const {
-    return std::find(derived_from_.begin(), derived_from_.end(), index) != derived_from_.end();
+    return std::any_of(program_->derived_results.begin(),
+                       program_->derived_results.end(),
+                       [index](const DerivedResult& entry) { return entry.from == index; });
   }
 
   // Runs the steps left: with `all`, as mark_step would have; otherwise only
@@ -177,7 +175,6 @@ class PendingRun {
   std::shared_ptr<const Program> program_;
   const bool on_stream_;
   std::vector<std::weak_ptr<void>> holders_;
-  std::vector<size_t> derived_from_;
   std::vector<at::Tensor> outputs_;
   std::string failure_;
 

@@ -11,10 +11,13 @@ has none. Each is wrapped here so that it raises a clear error instead.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
+
+from lazyfuse import _C
 
 _TORCHSCRIPT_ONLY = {
     "_get_tensors_ts_device_data_node": "torch._lazy.computation.get_tensors_ts_device_data_node",
@@ -70,8 +73,6 @@ def _lazy_only(name: str, binding: Callable[..., Any]) -> Callable[..., Any]:
 def _wait_device_ops(devices: Iterable[str] | None = None) -> None:
     """LTC's wait, plus the graphs lazyfuse's CPU stream runs (asynchronous
     execution): one lazy device, so ``devices`` changes nothing."""
-    from lazyfuse import _C
-
     _C._wait_device_ops()
 
 
@@ -79,17 +80,14 @@ def _failure_raised_once(binding: Callable[..., Any]) -> Callable[..., Any]:
     """A sync binding whose graph failure LTC would also keep on the device,
     to raise again at the next, unrelated sync: lazyfuse raises it once."""
 
+    @functools.wraps(binding)
     def synced(*args: Any, **kwargs: Any) -> Any:
-        from lazyfuse import _C
-
         try:
             return binding(*args, **kwargs)
         except BaseException:
             _C._clear_kept_failure()
             raise
 
-    synced.__name__ = binding.__name__
-    synced.__wrapped__ = binding  # type: ignore[attr-defined]
     return synced
 
 
@@ -98,15 +96,24 @@ _READS_METRICS = ("_counter_names", "_counter_value", "_metrics_report", "_reset
 
 
 def _after_the_stream(binding: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(binding)
     def settled(*args: Any, **kwargs: Any) -> Any:
-        from lazyfuse import _C
-
         _C._synchronize_cpu_stream()
         return binding(*args, **kwargs)
 
-    settled.__name__ = binding.__name__
-    settled.__wrapped__ = binding  # type: ignore[attr-defined]
     return settled
+
+
+def _wrap(
+    module: Any,
+    names: Iterable[str],
+    wrapper: Callable[[Callable[..., Any]], Callable[..., Any]],
+) -> None:
+    """Wraps each binding in `names` once (a second install leaves it)."""
+    for name in names:
+        binding = getattr(module, name, None)
+        if binding is not None and not hasattr(binding, "__wrapped__"):
+            setattr(module, name, wrapper(binding))
 
 
 def install() -> None:
@@ -117,12 +124,8 @@ def install() -> None:
             setattr(ts_backend, name, _refuse(python_name))
     lazy = torch._C._lazy
     lazy._wait_device_ops = _wait_device_ops
-    for name in _READS_METRICS:
-        binding = getattr(lazy, name, None)
-        if binding is not None and not hasattr(binding, "__wrapped__"):
-            setattr(lazy, name, _after_the_stream(binding))
-    if not hasattr(lazy._sync_multi, "__wrapped__"):
-        lazy._sync_multi = _failure_raised_once(lazy._sync_multi)
+    _wrap(lazy, _READS_METRICS, _after_the_stream)
+    _wrap(lazy, ("_sync_multi",), _failure_raised_once)
     for name in _READS_LAZY_TENSORS:
         binding = getattr(lazy, name, None)
         if binding is not None and not hasattr(binding, "__wrapped__"):
