@@ -262,3 +262,30 @@ def test_a_base_read_after_its_view_is_gone_is_made_from_the_view(lazy) -> None:
     assert "derived: result" in lazyfuse.debug.last_program()
     del view, bad
     torch.testing.assert_close(base.cpu(), x * 2)
+
+
+def _child_reads_a_lazy_value(queue) -> None:  # noqa: ANN001
+    y = torch.arange(4.0).to(lazyfuse.lazy_device()) * 3
+    lazyfuse.mark_step()
+    queue.put(y.cpu().tolist())
+
+
+def test_a_process_forked_while_a_graph_runs_can_run_graphs(lazy) -> None:
+    # A fork (a DataLoader's workers) copies no stream thread: the stream is
+    # idle first, so the child inherits no lock that thread held.
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    x = torch.randn(512, 4096).to(lazy)
+    for _ in range(4):
+        big = (x * 2).exp().sum(1)  # allocates while the child forks
+        lazyfuse.mark_step()
+        queue = context.Queue()
+        child = context.Process(target=_child_reads_a_lazy_value, args=(queue,))
+        child.start()
+        child.join(timeout=60)
+        if child.is_alive():
+            child.kill()
+        assert child.exitcode == 0, "the forked child hung or failed"
+        assert queue.get(timeout=5) == [0.0, 3.0, 6.0, 9.0]
+        del big

@@ -71,6 +71,24 @@ def test_matches_eager(name: str, shape: tuple[int, int]) -> None:
         torch.testing.assert_close(lazy, eager, rtol=2e-5, atol=2e-5)
 
 
+@pytest.mark.parametrize("name", GRAPHS)
+def test_values_do_not_depend_on_the_thread_count(name: str) -> None:
+    # A read runs its graph on the caller's threads, a step on the CPU
+    # stream's (one fewer): a fused kernel's sums must not split by either.
+    torch.manual_seed(0)
+    x, w = torch.randn(4, 65536), torch.randn(4, 65536)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        alone = run_lazy(GRAPHS[name], x, w)
+        torch.set_num_threads(max(threads, 2))
+        shared = run_lazy(GRAPHS[name], x, w)
+    finally:
+        torch.set_num_threads(threads)
+    for one, many in zip(alone, shared, strict=True):
+        assert torch.equal(one, many)
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64, torch.int32])
 def test_dtypes_match_eager(dtype: torch.dtype) -> None:
     torch.manual_seed(0)

@@ -101,8 +101,10 @@ CpuStream* g_stream = nullptr;  // leaked, as its thread is never joined
 
 CpuStream* Stream(bool create) {
   static const bool registered = [] {
-    // A forked child has no copy of the thread; it starts a stream of its own.
-    pthread_atfork(nullptr, nullptr, [] { g_stream = nullptr; });
+    // The stream is idle when the process forks (a DataLoader's workers),
+    // so no lock is held by a thread the child lacks; the child starts a
+    // stream of its own.
+    pthread_atfork(SynchronizeCpuStream, nullptr, [] { g_stream = nullptr; });
     return true;
   }();
   (void)registered;
