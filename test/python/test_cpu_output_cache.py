@@ -44,7 +44,8 @@ def step(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torch.T
     """`fn` on a lazy copy of `x` kept by the caller's x: a result written over
     an input that dies (donation) would need no new memory."""
     out = fn(lazy_copy(x))
-    lazyfuse.mark_step()
+    # Waits: a peak read while the next step traces would vary by a scalar.
+    lazyfuse.mark_step(wait=True)
     return out
 
 

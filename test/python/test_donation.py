@@ -271,7 +271,7 @@ def test_failure_after_an_in_place_write_keeps_every_value(
     p.mul_(3).add_(1)
     r.mul_(2).sub_(1)
     with pytest.raises(RuntimeError, match="buffer donation.*Nothing is lost"):
-        lazyfuse.mark_step()
+        lazyfuse.mark_step(wait=True)
     # The graph wrote one update in place before the second kernel failed.
     assert donated() == 1
     with pytest.raises(RuntimeError, match="injected kernel fault"):
@@ -300,7 +300,7 @@ def test_failure_after_a_kernel_began_writing_over_its_input(strict: bool) -> No
         lazyfuse._C._inject_kernel_faults(True, after_writing=True)
         try:
             with pytest.raises(RuntimeError, match="values this graph computes are lost"):
-                lazyfuse.mark_step()
+                lazyfuse.mark_step(wait=True)
         finally:
             lazyfuse._C._inject_kernel_faults(False)
         assert donated() == 1
@@ -325,7 +325,7 @@ def test_failure_before_any_in_place_write_rolls_back() -> None:
     lazyfuse._C._inject_kernel_faults(True)
     try:
         with pytest.raises(RuntimeError, match="injected kernel fault") as raised:
-            lazyfuse.mark_step()
+            lazyfuse.mark_step(wait=True)
         assert "buffer donation" not in str(raised.value)
     finally:
         lazyfuse._C._inject_kernel_faults(False)
@@ -407,7 +407,7 @@ def test_a_step_failing_after_an_input_was_let_go_of_loses_nothing(steps: str, l
     count += 1
     bad = count.index_select(0, torch.tensor([0, 99]).to(lazy))
     with pytest.raises(RuntimeError, match=r"(?s)index_select.*index out of range.*let go of"):
-        lazyfuse.mark_step()
+        lazyfuse.mark_step(wait=True)
     del bad
     torch.testing.assert_close(count.cpu(), torch.arange(8) + 1)
     count += 1
@@ -427,7 +427,7 @@ def test_a_step_failing_after_aten_steps_wrote_in_place_loses_nothing(steps: str
     with pytest.raises(
         RuntimeError, match=r"(?s)aten::index_select.*index out of range.*Nothing is lost"
     ):
-        lazyfuse.mark_step()
+        lazyfuse.mark_step(wait=True)
     assert donated() == 1
     with pytest.raises(RuntimeError, match="index out of range"):
         p.cpu()  # finishing the graph still wants bad, which fails again

@@ -164,7 +164,7 @@ def test_failed_kernel_raises_when_strict(faulty_kernels: None) -> None:
     with pytest.raises(
         RuntimeError, match=r"fused kernel lazyfuse::fused\(aten::sigmoid.*injected"
     ):
-        lazyfuse.mark_step()
+        lazyfuse.mark_step(wait=True)
     del y
 
 

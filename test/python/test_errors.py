@@ -166,7 +166,7 @@ def test_out_of_memory_names_the_op_and_loses_nothing(lazy: torch.device, engine
     with pytest.raises(
         RuntimeError, match=r"lazyfuse: (lazyfuse::fused\()?aten::\w+.*out of memory"
     ) as raised:
-        lazyfuse.mark_step()
+        lazyfuse.mark_step(wait=True)
     # The cause stays readable: no C++ backtrace in the middle of the message.
     assert "frame #" not in str(raised.value)
     del huge
