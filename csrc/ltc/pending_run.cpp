@@ -54,11 +54,11 @@ class PendingRun {
       const BufferInfo& info = program_->buffers[program_->results[i]];
       std::function<at::Tensor()> make;
       if (const DerivedResult* entry = derived[i]) {
-        make = [self, entry = *entry, sizes = info.sizes, holder = Holder(entry->from)] {
+        make = [self, entry = *entry, sizes = info.sizes, holder = Holder(self, entry->from)] {
           return MakeDerivedResult(entry, sizes, self->Result(entry.from, /*keep=*/true));
         };
       } else {
-        make = [self, i, holder = Holder(i)] { return self->Result(i, /*keep=*/false); };
+        make = [self, i, holder = Holder(self, i)] { return self->Result(i, /*keep=*/false); };
       }
       results.push_back(std::make_shared<LazyFuseBackendData>(
           device, torch::lazy::Shape(info.dtype, info.sizes), std::move(make), on_stream_));
@@ -67,18 +67,11 @@ class PendingRun {
   }
 
   // On the stream's thread, under the state of the thread that handed it over.
-  void RunOnStream(const at::ThreadLocalState& state) {
+  void RunOnStream() {
     {
-      at::ThreadLocalStateGuard guard(state);
       std::lock_guard<std::mutex> lock(mutex_);
       try {
         Finish(/*all=*/true);
-        // A result no tensor holds any more goes now, as it would in mark_step.
-        for (size_t k = 0; k < holders_.size(); ++k) {
-          if (holders_[k].expired() && !IsDerivedFrom(k)) {
-            outputs_[k].reset();
-          }
-        }
       } catch (...) {
         TORCH_LAZY_COUNTER("LazyFuseStreamRunFailures", 1);
       }
@@ -103,14 +96,30 @@ class PendingRun {
 
  private:
   // Kept alive by whatever holds pending data that reads result `index`:
-  // its own, and that of a result derived from it, share one.
-  std::shared_ptr<void> Holder(size_t index) {
+  // its own, and that of a result derived from it, share one. The last
+  // holder to go takes the result with it, whichever thread drops it and
+  // whenever: a result kept here after its tensors are gone would count as
+  // a second reader of the memory, and the next graph would not donate it.
+  std::shared_ptr<void> Holder(const std::shared_ptr<PendingRun>& self, size_t index) {
     if (std::shared_ptr<void> held = holders_.at(index).lock()) {
       return held;
     }
-    auto holder = std::make_shared<size_t>(index);
+    std::shared_ptr<void> holder(new size_t(index),
+                                 [run = std::weak_ptr<PendingRun>(self), index](void* held) {
+                                   delete static_cast<size_t*>(held);
+                                   if (const std::shared_ptr<PendingRun> alive = run.lock()) {
+                                     alive->ReleaseUnheld(index);
+                                   }
+                                 });
     holders_[index] = holder;
     return holder;
+  }
+
+  void ReleaseUnheld(size_t index) {
+    std::lock_guard<std::mutex> lock(outputs_mutex_);
+    if (index < outputs_.size() && !IsDerivedFrom(index)) {
+      outputs_[index].reset();
+    }
   }
 
   // `keep`: a derived result reads this one again.
@@ -138,6 +147,7 @@ class PendingRun {
         throw;
       }
     }
+    std::lock_guard<std::mutex> outputs_lock(outputs_mutex_);
     at::Tensor value = outputs_.at(index);
     if (!keep && !IsDerivedFrom(index)) {
       outputs_[index].reset();  // the datum read owns it now, so the next graph may donate it
@@ -161,12 +171,20 @@ class PendingRun {
         wanted[k] = !holders_[k].expired();
       }
     }
-    outputs_ = ContinueProgram(*run_, wanted);
+    std::vector<at::Tensor> outputs = ContinueProgram(*run_, wanted);
     run_.reset();
     if (on_stream_) {
-      SettleOutputs(*program_, outputs_);
+      SettleOutputs(*program_, outputs);
     } else {
       TORCH_LAZY_COUNTER("LazyFuseGraphsFinishedLater", 1);
+    }
+    std::lock_guard<std::mutex> lock(outputs_mutex_);
+    outputs_ = std::move(outputs);
+    // A result no tensor holds any more goes now, as it would in mark_step.
+    for (size_t k = 0; k < holders_.size(); ++k) {
+      if (holders_[k].expired() && !IsDerivedFrom(k)) {
+        outputs_[k].reset();
+      }
     }
   }
 
@@ -175,6 +193,9 @@ class PendingRun {
   std::shared_ptr<const Program> program_;
   const bool on_stream_;
   std::vector<std::weak_ptr<void>> holders_;
+  // Never held while waiting, or while data are made or dropped: a holder
+  // may go on any thread, while another holds mutex_.
+  std::mutex outputs_mutex_;
   std::vector<at::Tensor> outputs_;
   std::string failure_;
 
@@ -210,7 +231,13 @@ std::vector<torch::lazy::BackendDataPtr> ResultsRunOnCpuStream(
     }
     g_stream_runs.push_back(pending);
   }
-  SubmitToCpuStream([pending, state = at::ThreadLocalState()] { pending->RunOnStream(state); });
+  SubmitToCpuStream([pending, state = at::ThreadLocalState()]() mutable {
+    at::ThreadLocalStateGuard guard(state);
+    pending->RunOnStream();
+    // If this is the run's last holder, its memory goes under the caller's
+    // state too, where the memory meter that counted it counts its free.
+    pending.reset();
+  });
   TORCH_LAZY_COUNTER("LazyFuseStreamRuns", 1);
   return results;
 }

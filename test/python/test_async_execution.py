@@ -289,3 +289,24 @@ def test_a_process_forked_while_a_graph_runs_can_run_graphs(lazy) -> None:
         assert child.exitcode == 0, "the forked child hung or failed"
         assert queue.get(timeout=5) == [0.0, 3.0, 6.0, 9.0]
         del big
+
+
+def test_a_result_dropped_after_its_run_frees_its_memory(lazy) -> None:
+    # The run keeps each result until its data takes it. A result whose last
+    # tensor goes after the run must go too: kept, it counted as a second
+    # reader, and the next step did not donate it (a training step held a
+    # second copy of some parameters, depending on which thread was first).
+    if not HOST_COMPILER:
+        pytest.skip(NO_CPU_KERNELS)
+    with lazyfuse.config.kernel_settings_as(emulate_cuda=False, cpu_kernels=True, strict=True):
+        x = torch.randn(1 << 20)
+        lazy_x = x.to(lazy)
+        lazyfuse.mark_step(wait=True)
+        keep, drop = lazy_x + 1, lazy_x * 3
+        lazyfuse.mark_step()
+        lazyfuse.wait_device_ops()
+        before = lazyfuse.metrics.cpu_output_cache()["in_use_bytes"]
+        del drop
+        after = lazyfuse.metrics.cpu_output_cache()["in_use_bytes"]
+        assert before - after == 4 << 20
+        torch.testing.assert_close(keep.cpu(), x + 1)
