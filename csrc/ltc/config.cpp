@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <string>
+#include <thread>
 
 namespace lazyfuse {
 namespace {
@@ -179,9 +180,13 @@ void SetDonation(bool enabled) {
 }
 
 namespace {
+// On unless LAZYFUSE_ASYNC=0, where the next step's trace has a core of its
+// own to run on beside the graph: on one core they would only take turns.
 std::atomic<bool> g_async_execution{[] {
-  const char* env = std::getenv("LAZYFUSE_ASYNC");
-  return env != nullptr && std::string(env) == "1";
+  if (const char* env = std::getenv("LAZYFUSE_ASYNC")) {
+    return std::string(env) != "0";
+  }
+  return std::thread::hardware_concurrency() >= 2;
 }()};
 }  // namespace
 

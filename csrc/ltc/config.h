@@ -55,8 +55,8 @@ void SetDonation(bool enabled);
 
 // Asynchronous execution on the CPU backing device: mark_step hands the
 // graph to the CPU stream and returns, so the next step traces while it runs
-// (ltc/pending_run.h). Off unless LAZYFUSE_ASYNC=1; a failure then surfaces
-// at the next read, mark_step or wait_device_ops, as on a GPU.
+// (ltc/pending_run.h). On unless LAZYFUSE_ASYNC=0, or on one core; a failure
+// then surfaces at the next read, mark_step or wait_device_ops, as on a GPU.
 bool AsyncExecutionEnabled();
 void SetAsyncExecution(bool enabled);
 

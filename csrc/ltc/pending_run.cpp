@@ -140,7 +140,8 @@ class PendingRun {
           failure_ = error.what_without_backtrace();
           error.add_context(
               "lazyfuse: this graph ran on the CPU stream after mark_step returned "
-              "(asynchronous execution, LAZYFUSE_ASYNC=1) and failed there; this read ran "
+              "(asynchronous execution; LAZYFUSE_ASYNC=0 turns it off) and failed there; this read "
+              "ran "
               "its rest again, which failed too. Its tensors keep their pending values: free "
               "memory, or delete the tensors whose step fails, then read the others.");
         }
@@ -262,7 +263,8 @@ void WaitForCpuStreamRuns() {
     if (const std::shared_ptr<PendingRun> run = weak.lock()) {
       TORCH_CHECK(!run->Unfinished(),
                   "lazyfuse: a graph that mark_step handed to the CPU stream (asynchronous "
-                  "execution, LAZYFUSE_ASYNC=1) failed when it ran. Nothing is lost: its tensors "
+                  "execution; LAZYFUSE_ASYNC=0 turns it off) failed when it ran. Nothing is lost: "
+                  "its tensors "
                   "keep their pending values, and reading one runs the rest of the graph again "
                   "(raising its error if it fails again).",
                   run->failure().empty() ? "" : " The last read raised: " + run->failure());

@@ -16,8 +16,8 @@ fallback to its ATen steps.
 New shapes reuse shape-generic kernels (``LAZYFUSE_DYNAMIC``, see
 ``dynamic_kernels``).
 
-With ``LAZYFUSE_ASYNC=1`` (see ``async_execution``), ``mark_step()`` on the CPU
-backing device returns before its graph has run, as it does on a GPU.
+``mark_step()`` on the CPU backing device returns before its graph has run, as
+it does on a GPU (see ``async_execution``; ``LAZYFUSE_ASYNC=0`` turns it off).
 
 Freed CPU kernel outputs of 1 MiB or more are kept for reuse, up to
 ``LAZYFUSE_CPU_CACHE_MB`` (see ``cpu_cache_mb``).
@@ -58,11 +58,15 @@ def set_donation(enabled: bool) -> None:
 
 def async_execution() -> bool:
     """Whether ``mark_step()`` on the CPU backing device hands its graph to a
-    worker thread and returns, so the next step traces while the graph runs
-    (``LAZYFUSE_ASYNC=1``; off by default). A read of a result waits for it.
-    As on a GPU, a failure of such a graph surfaces at the next read,
-    ``mark_step()`` or ``wait_device_ops()``; its tensors keep their pending
-    values, and a read runs the rest of the graph again."""
+    worker thread and returns, so the next step traces while the graph runs.
+    On by default on a machine with two cores or more; ``LAZYFUSE_ASYNC=0``
+    or ``set_async_execution(False)`` turns it off. A read of a result waits
+    for it. As on a GPU, a failure of such a graph surfaces at the next read
+    of its results, the next step that reads them, ``mark_step(wait=True)``
+    or ``wait_device_ops()``; its tensors keep their pending values, and a
+    read runs the rest of the graph again. A replayed step runs on the
+    calling thread, on every core, so it matches its traced steps to
+    rounding rather than bit for bit."""
     return bool(_C._async_execution())
 
 

@@ -85,6 +85,21 @@ def cpu_kernels() -> Iterator[None]:
         yield
 
 
+@pytest.fixture
+def synchronous_steps() -> Iterator[None]:
+    """Every step's graph run in its mark_step, on the caller's threads. For
+    tests whose oracle is a replay's bits against its traced step's: with
+    asynchronous execution the traced step runs on the CPU stream, one
+    thread fewer, and ATen's convolution and batch-norm sums split by thread
+    count, while a replay runs on the caller."""
+    before = lazyfuse.config.async_execution()
+    lazyfuse.config.set_async_execution(False)
+    try:
+        yield
+    finally:
+        lazyfuse.config.set_async_execution(before)
+
+
 @pytest.fixture(params=["aten", "fused", "cpu"])
 def engine(request: pytest.FixtureRequest) -> Iterator[str]:
     """A test three times: ATen steps only; fused kernels (natively on a

@@ -1,4 +1,5 @@
-"""Asynchronous execution on the CPU backing device (LAZYFUSE_ASYNC=1):
+"""Asynchronous execution on the CPU backing device (the default; off with
+LAZYFUSE_ASYNC=0):
 mark_step hands its graph to the CPU stream and returns, so the next step
 traces while the graph runs. Values must be eager's; a read waits for the
 graph; a failure surfaces at the next read, mark_step(wait=True) or
@@ -310,3 +311,25 @@ def test_a_result_dropped_after_its_run_frees_its_memory(lazy) -> None:
         after = lazyfuse.metrics.cpu_output_cache()["in_use_bytes"]
         assert before - after == 4 << 20
         torch.testing.assert_close(keep.cpu(), x + 1)
+
+
+@pytest.mark.parametrize("env, expected", [(None, "on"), ("0", "off"), ("1", "on")])
+def test_on_by_default_with_two_cores_and_off_with_the_switch(env: str | None, expected) -> None:
+    import os
+    import subprocess
+    import sys
+
+    environ = {k: v for k, v in os.environ.items() if k != "LAZYFUSE_ASYNC"}
+    if env is not None:
+        environ["LAZYFUSE_ASYNC"] = env
+    elif (os.cpu_count() or 1) < 2:
+        expected = "off"  # one core: the trace would only take turns with the graph
+    out = subprocess.run(
+        [sys.executable, "-c", "import lazyfuse; print(lazyfuse.config.async_execution())"],
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert out.stdout.strip() == {"on": "True", "off": "False"}[expected]

@@ -25,6 +25,8 @@ from replay_helpers import (
 
 import lazyfuse
 
+pytestmark = pytest.mark.usefixtures("synchronous_steps")
+
 ON_CUDA = lazyfuse.config.backing_device().type == "cuda"
 
 

@@ -25,6 +25,8 @@ from replay_helpers import (
 
 import lazyfuse
 
+pytestmark = pytest.mark.usefixtures("synchronous_steps")
+
 
 def testmlp_with_sgd_momentum_replays_bit_identical():
     fn = assert_replays_like_traced(mlp, make_batches(STEPS, (6, 8), (6, 4)))
