@@ -122,6 +122,11 @@ def dynamic_kernels_as(mode: DynamicMode) -> AbstractContextManager[None]:
     return _changed(dynamic_kernels, set_dynamic_kernels, mode)
 
 
+def async_execution_as(enabled: bool) -> AbstractContextManager[None]:
+    """Runs a block with asynchronous execution on or off."""
+    return _changed(async_execution, set_async_execution, enabled)
+
+
 @dataclass(frozen=True)
 class KernelSettings:
     """How fused kernels run; see the module docstring."""

@@ -92,12 +92,8 @@ def synchronous_steps() -> Iterator[None]:
     asynchronous execution the traced step runs on the CPU stream, one
     thread fewer, and ATen's convolution and batch-norm sums split by thread
     count, while a replay runs on the caller."""
-    before = lazyfuse.config.async_execution()
-    lazyfuse.config.set_async_execution(False)
-    try:
+    with lazyfuse.config.async_execution_as(False):
         yield
-    finally:
-        lazyfuse.config.set_async_execution(before)
 
 
 @pytest.fixture(params=["aten", "fused", "cpu"])

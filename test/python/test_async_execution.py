@@ -28,12 +28,8 @@ STREAM_FAILURES = "LazyFuseStreamRunFailures"
 
 @pytest.fixture(autouse=True)
 def asynchronous() -> Iterator[None]:
-    before = lazyfuse.config.async_execution()
-    lazyfuse.config.set_async_execution(True)
-    try:
+    with lazyfuse.config.async_execution_as(True):
         yield
-    finally:
-        lazyfuse.config.set_async_execution(before)
 
 
 @pytest.fixture(params=["aten", "cpu"])
