@@ -117,6 +117,12 @@ class PendingRun {
 
   void ReleaseUnheld(size_t index) {
     std::lock_guard<std::mutex> lock(outputs_mutex_);
+    DropOutputLocked(index);
+  }
+
+  // Under outputs_mutex_. A result others are derived from stays: they read
+  // it again.
+  void DropOutputLocked(size_t index) {
     if (index < outputs_.size() && !IsDerivedFrom(index)) {
       outputs_[index].reset();
     }
@@ -140,18 +146,17 @@ class PendingRun {
           failure_ = error.what_without_backtrace();
           error.add_context(
               "lazyfuse: this graph ran on the CPU stream after mark_step returned "
-              "(asynchronous execution; LAZYFUSE_ASYNC=0 turns it off) and failed there; this read "
-              "ran "
-              "its rest again, which failed too. Its tensors keep their pending values: free "
-              "memory, or delete the tensors whose step fails, then read the others.");
+              "(asynchronous execution; LAZYFUSE_ASYNC=0 turns it off) and failed there; this "
+              "read ran its rest again, which failed too. Its tensors keep their pending values: "
+              "free memory, or delete the tensors whose step fails, then read the others.");
         }
         throw;
       }
     }
     std::lock_guard<std::mutex> outputs_lock(outputs_mutex_);
     at::Tensor value = outputs_.at(index);
-    if (!keep && !IsDerivedFrom(index)) {
-      outputs_[index].reset();  // the datum read owns it now, so the next graph may donate it
+    if (!keep) {
+      DropOutputLocked(index);  // the datum read owns it now, so the next graph may donate it
     }
     return value;
   }
@@ -183,8 +188,8 @@ class PendingRun {
     outputs_ = std::move(outputs);
     // A result no tensor holds any more goes now, as it would in mark_step.
     for (size_t k = 0; k < holders_.size(); ++k) {
-      if (holders_[k].expired() && !IsDerivedFrom(k)) {
-        outputs_[k].reset();
+      if (holders_[k].expired()) {
+        DropOutputLocked(k);
       }
     }
   }
@@ -264,9 +269,8 @@ void WaitForCpuStreamRuns() {
       TORCH_CHECK(!run->Unfinished(),
                   "lazyfuse: a graph that mark_step handed to the CPU stream (asynchronous "
                   "execution; LAZYFUSE_ASYNC=0 turns it off) failed when it ran. Nothing is lost: "
-                  "its tensors "
-                  "keep their pending values, and reading one runs the rest of the graph again "
-                  "(raising its error if it fails again).",
+                  "its tensors keep their pending values, and reading one runs the rest of the "
+                  "graph again (raising its error if it fails again).",
                   run->failure().empty() ? "" : " The last read raised: " + run->failure());
     }
   }

@@ -7,7 +7,12 @@ wait_device_ops, and loses nothing."""
 
 from __future__ import annotations
 
+import multiprocessing
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from multiprocessing.queues import Queue
 
 import pytest
 import torch
@@ -261,7 +266,7 @@ def test_a_base_read_after_its_view_is_gone_is_made_from_the_view(lazy) -> None:
     torch.testing.assert_close(base.cpu(), x * 2)
 
 
-def _child_reads_a_lazy_value(queue) -> None:  # noqa: ANN001
+def _child_reads_a_lazy_value(queue: Queue) -> None:
     y = torch.arange(4.0).to(lazyfuse.lazy_device()) * 3
     lazyfuse.mark_step()
     queue.put(y.cpu().tolist())
@@ -270,8 +275,6 @@ def _child_reads_a_lazy_value(queue) -> None:  # noqa: ANN001
 def test_a_process_forked_while_a_graph_runs_can_run_graphs(lazy) -> None:
     # A fork (a DataLoader's workers) copies no stream thread: the stream is
     # idle first, so the child inherits no lock that thread held.
-    import multiprocessing
-
     context = multiprocessing.get_context("fork")
     x = torch.randn(512, 4096).to(lazy)
     for _ in range(4):
@@ -310,11 +313,9 @@ def test_a_result_dropped_after_its_run_frees_its_memory(lazy) -> None:
 
 
 @pytest.mark.parametrize("env, expected", [(None, "on"), ("0", "off"), ("1", "on")])
-def test_on_by_default_with_two_cores_and_off_with_the_switch(env: str | None, expected) -> None:
-    import os
-    import subprocess
-    import sys
-
+def test_on_by_default_with_two_cores_and_off_with_the_switch(
+    env: str | None, expected: str
+) -> None:
     environ = {k: v for k, v in os.environ.items() if k != "LAZYFUSE_ASYNC"}
     if env is not None:
         environ["LAZYFUSE_ASYNC"] = env
