@@ -16,6 +16,7 @@
 #include "ltc/graph_executor.h"
 #include "ltc/pending_run.h"
 #include "ltc/step_replay.h"
+#include "ops/collective_call.h"
 #include "ops/ir_builder.h"
 #include "program/compile_log.h"
 #include "program/executor.h"
@@ -74,16 +75,20 @@ std::vector<bool> DonatedArguments(c10::ArrayRef<torch::lazy::BackendDataPtr> ar
 
 // Whether this graph may run on the CPU stream, mark_step returning before
 // it has: asynchronous execution is on, a mark_step that does not wait runs
-// it, on the CPU, and it is no step capture. A graph with a collective runs
-// at once, so that every rank sees a failure at the same call.
-bool MayRunOnCpuStream(const Program& program) {
+// it, on the CPU, and it is no step capture. `groups`: its collectives' groups,
+// if it holds any and they may run there (GroupsForAnotherThread).
+bool MayRunOnCpuStream(const Program& program, std::shared_ptr<const CollectiveGroups>* groups) {
   if (!AsyncExecutionEnabled() || !SyncMayReturnEarly() || !BackingDevice().is_cpu() ||
       Capturing()) {
     return false;
   }
-  return std::none_of(program.steps.begin(), program.steps.end(), [](const Step& step) {
-    return step.kind == StepKind::kCollective;
-  });
+  if (std::none_of(program.steps.begin(), program.steps.end(), [](const Step& step) {
+        return step.kind == StepKind::kCollective;
+      })) {
+    return true;
+  }
+  *groups = GroupsForAnotherThread(program);
+  return *groups != nullptr;
 }
 
 struct LazyFuseDeviceType : torch::lazy::BackendDeviceType {
@@ -239,7 +244,8 @@ class LazyFuseBackendImpl : public torch::lazy::BackendImplInterface {
     const auto* ours = dynamic_cast<const LazyFuseComputation*>(computation.get());
     TORCH_CHECK(ours != nullptr, "lazyfuse: cannot execute a foreign computation");
     const std::shared_ptr<const Program>& program = ours->program();
-    const bool on_stream = MayRunOnCpuStream(*program);
+    std::shared_ptr<const CollectiveGroups> groups;
+    const bool on_stream = MayRunOnCpuStream(*program, &groups);
     if (on_stream) {
       SettleStreamResults(arguments);
     } else {
@@ -259,7 +265,7 @@ class LazyFuseBackendImpl : public torch::lazy::BackendImplInterface {
     }
     std::vector<torch::lazy::BackendDataPtr> results;
     if (on_stream) {
-      results = ResultsRunOnCpuStream(std::move(run), device);
+      results = ResultsRunOnCpuStream(std::move(run), device, std::move(groups));
       NoteExecution(computation, arguments, results, device);
       return results;
     }

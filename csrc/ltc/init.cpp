@@ -20,6 +20,7 @@
 #include "ops/host_arguments.h"
 #include "ops/inplace_updates.h"
 #include "program/compile_log.h"
+#include "runtime/cpu/stream.h"
 #include "runtime/host_library.h"
 
 namespace at {
@@ -61,7 +62,7 @@ void InitLazyFuseBackend() {
     RegisterAmpFunctions();
     RegisterHostArgumentOverrides();
     // Before the composites: the collectives it covers have kernels then.
-    RegisterCollectives();
+    RegisterCollectives(&WaitForCpuStreamCollectives);
     RegisterEagerCopy();
     RegisterFunctionalizedComposites();
     RegisterInplaceUpdates();

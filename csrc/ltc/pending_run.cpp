@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "ltc/backend_data.h"
+#include "ops/collective_call.h"
 #include "runtime/cpu/stream.h"
 #include "runtime/result_aliases.h"
 
@@ -223,7 +224,9 @@ std::vector<torch::lazy::BackendDataPtr> ResultsFinishedOnRead(
 }
 
 std::vector<torch::lazy::BackendDataPtr> ResultsRunOnCpuStream(
-    std::shared_ptr<ProgramRun> run, const torch::lazy::BackendDevice& device) {
+    std::shared_ptr<ProgramRun> run,
+    const torch::lazy::BackendDevice& device,
+    std::shared_ptr<const CollectiveGroups> groups) {
   auto pending = std::make_shared<PendingRun>(std::move(run), /*on_stream=*/true);
   std::vector<torch::lazy::BackendDataPtr> results = pending->Results(pending, device);
   {
@@ -237,13 +240,17 @@ std::vector<torch::lazy::BackendDataPtr> ResultsRunOnCpuStream(
     }
     g_stream_runs.push_back(pending);
   }
-  SubmitToCpuStream([pending, state = at::ThreadLocalState()]() mutable {
-    at::ThreadLocalStateGuard guard(state);
-    pending->RunOnStream();
-    // If this is the run's last holder, its memory goes under the caller's
-    // state too, where the memory meter that counted it counts its free.
-    pending.reset();
-  });
+  const bool communicates = groups != nullptr;
+  SubmitToCpuStream(
+      [pending, groups = std::move(groups), state = at::ThreadLocalState()]() mutable {
+        at::ThreadLocalStateGuard guard(state);
+        const UseCollectiveGroups use(groups.get());
+        pending->RunOnStream();
+        // If this is the run's last holder, its memory goes under the caller's
+        // state too, where the memory meter that counted it counts its free.
+        pending.reset();
+      },
+      communicates);
   TORCH_LAZY_COUNTER("LazyFuseStreamRuns", 1);
   return results;
 }

@@ -21,14 +21,18 @@
 
 namespace lazyfuse {
 
+struct CollectiveGroups;  // ops/collective_call.h
+
 // Pending data for each of the failed `run`'s results.
 std::vector<torch::lazy::BackendDataPtr> ResultsFinishedOnRead(
     std::shared_ptr<ProgramRun> run, const torch::lazy::BackendDevice& device);
 
 // Hands `run`, not yet started, to the CPU stream and returns pending data
-// for each of its results.
+// for each of its results. `groups`: those of its collectives, if it holds any.
 std::vector<torch::lazy::BackendDataPtr> ResultsRunOnCpuStream(
-    std::shared_ptr<ProgramRun> run, const torch::lazy::BackendDevice& device);
+    std::shared_ptr<ProgramRun> run,
+    const torch::lazy::BackendDevice& device,
+    std::shared_ptr<const CollectiveGroups> groups);
 
 // Makes the values of those of `data` that wait for the CPU stream: a graph
 // reads its arguments' values, and decides donation, only once they exist.

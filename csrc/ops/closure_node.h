@@ -16,13 +16,15 @@ class ClosureNode : public LazyFuseNode {
               std::vector<torch::lazy::Shape>&& shapes,
               torch::lazy::hash_t attributes_hash,
               StepKind kind,
-              StepFn fn);
+              StepFn fn,
+              StepAttrs attrs = {});
 
   void Lower(LazyFuseLoweringContext& ctx) const override;
 
  private:
   StepKind kind_;
   StepFn fn_;
+  StepAttrs attrs_;
 };
 
 }  // namespace lazyfuse

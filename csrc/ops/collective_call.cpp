@@ -51,7 +51,14 @@ c10::IValue Rebuild(const TensorArgument& shape, const std::vector<at::Tensor>& 
   return c10::IValue(rows);
 }
 
+thread_local const CollectiveGroups* t_groups = nullptr;
+
 c10::intrusive_ptr<c10d::ProcessGroup> FindGroup(const std::string& name, const std::string& op) {
+  if (t_groups != nullptr) {
+    if (const auto found = t_groups->by_name.find(name); found != t_groups->by_name.end()) {
+      return found->second;
+    }
+  }
   try {
     return c10d::resolve_process_group(name);
   } catch (const c10::Error& error) {
@@ -66,6 +73,38 @@ c10::intrusive_ptr<c10d::ProcessGroup> FindGroup(const std::string& name, const 
 }
 
 }  // namespace
+
+std::shared_ptr<const CollectiveGroups> GroupsForAnotherThread(const Program& program) {
+  auto groups = std::make_shared<CollectiveGroups>();
+  for (const Step& step : program.steps) {
+    if (step.kind != StepKind::kCollective) {
+      continue;
+    }
+    const c10::IValue* name = step.attr(kGroupAttr);
+    if (name == nullptr) {
+      return nullptr;
+    }
+    c10::intrusive_ptr<c10d::ProcessGroup> group;
+    try {
+      group = c10d::resolve_process_group(name->toStringRef());
+    } catch (const c10::Error&) {
+      return nullptr;  // run here, where it fails as it would have
+    }
+    if (group->getBackendName() != "gloo") {
+      return nullptr;
+    }
+    groups->by_name.emplace(name->toStringRef(), std::move(group));
+  }
+  return groups;
+}
+
+UseCollectiveGroups::UseCollectiveGroups(const CollectiveGroups* groups) : previous_(t_groups) {
+  t_groups = groups;
+}
+
+UseCollectiveGroups::~UseCollectiveGroups() {
+  t_groups = previous_;
+}
 
 std::vector<at::Tensor> RunCollective(const CollectiveCall& call, KernelArgs& args) {
   const c10::Device device = BackingDevice();

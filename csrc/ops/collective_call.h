@@ -7,8 +7,11 @@
 #include <ATen/core/stack.h>
 #include <torch/csrc/lazy/core/shape.h>
 
+#include <memory>
 #include <optional>
 #include <string>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <unordered_map>
 #include <vector>
 
 #include "program/program.h"
@@ -50,6 +53,38 @@ struct CollectiveCall {
   std::vector<TensorArgument> tensors;    // structure only, tensors cleared
   std::vector<torch::lazy::Shape> fresh;  // kWrite and kDispatch tensors, in order
   bool functional = false;
+};
+
+// The step attribute naming the process group of a collective that takes one.
+inline constexpr const char* kGroupAttr = "group";
+
+// The process groups of a graph's collectives, found by name when mark_step
+// handed the graph to the CPU stream. The run uses them, not the groups that
+// hold those names when it gets there, so a group destroyed (or re-created)
+// in the meantime does not change what the graph's collectives do: they run
+// as eager's would have, when they were called.
+struct CollectiveGroups {
+  std::unordered_map<std::string, c10::intrusive_ptr<c10d::ProcessGroup>> by_name;
+};
+
+// The groups of `program`'s collectives, if they may run on another thread;
+// nullptr if one may not. They may when each names a Gloo group that exists:
+// Gloo runs in C++ threads that never take the GIL, and a group implemented
+// in Python would. A functional collective (_c10d_functional) finds its
+// group by name in torch's own kernel, so a graph that holds one stays on the
+// calling thread.
+std::shared_ptr<const CollectiveGroups> GroupsForAnotherThread(const Program& program);
+
+// While it lives, collectives on this thread use `groups` (see above).
+class UseCollectiveGroups {
+ public:
+  explicit UseCollectiveGroups(const CollectiveGroups* groups);
+  ~UseCollectiveGroups();
+  UseCollectiveGroups(const UseCollectiveGroups&) = delete;
+  UseCollectiveGroups& operator=(const UseCollectiveGroups&) = delete;
+
+ private:
+  const CollectiveGroups* previous_;
 };
 
 // Runs `call` on the step's inputs: the written tensors come back in order,

@@ -8,7 +8,9 @@
 #include <torch/csrc/lazy/core/tensor.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <atomic>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -261,13 +263,18 @@ void RecordCollective(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     operands.push_back(std::move(previous));  // orders the steps; the step never reads it
   }
   const size_t num_outputs = shapes.size();
+  StepAttrs attrs;
+  if (call.group_position) {
+    attrs.emplace_back(kGroupAttr, c10::IValue(call.group_name));
+  }
   auto node = torch::lazy::MakeNode<ClosureNode>(
       torch::lazy::OpKind(c10::Symbol::fromQualString(name)),
       operands,
       std::move(shapes),
       hash,
       StepKind::kCollective,
-      [call = std::move(call)](KernelArgs& args) { return RunCollective(call, args); });
+      [call = std::move(call)](KernelArgs& args) { return RunCollective(call, args); },
+      std::move(attrs));
   token.tensor =
       torch::lazy::LazyTensor::Create(torch::lazy::Value(node, num_outputs - 1), *device);
   token.maybe_pending = true;
@@ -298,9 +305,69 @@ at::Tensor WaitTensor(const at::Tensor& tensor) {
                                       torch::lazy::TryGetLtcTensor(tensor)->GetDevice()));
 }
 
+bool HoldsLazyTensor(const c10::IValue& value) {
+  if (value.isTensor()) {
+    return IsLazy(value.toTensor());
+  }
+  if (value.isTensorList()) {
+    for (const at::Tensor& tensor : value.toTensorList()) {
+      if (IsLazy(tensor)) {
+        return true;
+      }
+    }
+    return false;
+  }
+  if (value.isList()) {
+    for (const c10::IValue& element : value.toListRef()) {
+      if (HoldsLazyTensor(element)) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+std::function<void()>& WaitForGraphCollectives() {
+  static auto* wait = new std::function<void()>();
+  return *wait;
+}
+
+// Every c10d op, before its backend's kernel: a collective on eager tensors
+// waits for the collectives of graphs still running on another thread, so
+// that each rank issues its collectives in the order its program called them.
+void OrderAfterGraphCollectives(const c10::OperatorHandle& op,
+                                c10::DispatchKeySet keys,
+                                torch::jit::Stack* stack) {
+  const size_t num_arguments = op.schema().arguments().size();
+  const bool lazy = std::any_of(stack->end() - static_cast<std::ptrdiff_t>(num_arguments),
+                                stack->end(),
+                                [](const c10::IValue& value) { return HoldsLazyTensor(value); });
+  if (!lazy && WaitForGraphCollectives()) {
+    WaitForGraphCollectives()();
+  }
+  op.redispatchBoxed(
+      keys & c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, c10::DispatchKey::BackendSelect),
+      stack);
+}
+
 }  // namespace
 
-void RegisterCollectives() {
+void RegisterCollectives(std::function<void()> wait_for_graph_collectives) {
+  WaitForGraphCollectives() = std::move(wait_for_graph_collectives);
+  static auto* c10d_ordered = new torch::Library(
+      torch::Library::IMPL, "c10d", c10::DispatchKey::BackendSelect, __FILE__, __LINE__);
+  for (const c10::OperatorName& op : c10::Dispatcher::singleton().getAllOpNames()) {
+    const auto space = op.getNamespace();
+    if (!space || *space != "c10d") {
+      continue;
+    }
+    std::string name = op.name.substr(op.name.find("::") + 2);
+    if (!op.overload_name.empty()) {
+      name += "." + op.overload_name;
+    }
+    c10d_ordered->impl(name.c_str(),
+                       torch::CppFunction::makeFromBoxedFunction<&OrderAfterGraphCollectives>());
+  }
   static auto* c10d_functionalize = new torch::Library(
       torch::Library::IMPL, "c10d", c10::DispatchKey::Functionalize, __FILE__, __LINE__);
   static auto* c10d_lazy =

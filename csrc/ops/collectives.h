@@ -15,12 +15,19 @@
 // - while a collective waits, a read of any value runs every live tensor's
 //   graph first (SyncCollectivesBeforeRead), so no rank runs one alone;
 // - a graph's hash carries the group's name and the op's arguments, never
-//   the rank, and a failed collective is never retried (ProgramRun).
+//   the rank, and a failed collective is never retried (ProgramRun);
+// - a graph whose collectives run on the CPU stream (asynchronous execution)
+//   runs them before any later eager collective of this process, which waits
+//   for them: the op's order on every rank is the program's.
+
+#include <functional>
 
 namespace lazyfuse {
 
-// Called once from the backend's init.
-void RegisterCollectives();
+// Called once from the backend's init. `wait_for_graph_collectives` blocks
+// until the collectives of graphs handed to another thread have run; a c10d
+// call on eager tensors calls it first.
+void RegisterCollectives(std::function<void()> wait_for_graph_collectives);
 
 // Runs every live tensor's graph if a recorded collective has not run yet.
 // Called before a lazy value is read into an eager tensor.

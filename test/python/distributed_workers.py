@@ -219,6 +219,64 @@ def check_lockstep(rank: int, world: int, store_path: str, fused: bool) -> None:
     torch.testing.assert_close(fresh.cpu(), torch.full((2,), 2.0))
 
 
+def after_a_while(t: torch.Tensor, rank: int) -> torch.Tensor:
+    """`t`, in a graph that on rank 0 computes for a while before it."""
+    if rank != 0:
+        return t
+    m = torch.randn(256, 256).to(t.device) / 16
+    for _ in range(12):
+        m = (m @ m).tanh()
+    return t + m.sum() * 0
+
+
+def check_collectives_on_the_stream(rank: int, world: int, store_path: str, fused: bool) -> None:
+    """Under asynchronous execution, a graph's collectives run on the CPU
+    stream. Rank 0's graph reaches its all-reduce late and rank 1's at once,
+    so an eager collective called right after mark_step would pair with the
+    other rank's lazy one unless it waits for this rank's graph."""
+    import lazyfuse
+
+    init(rank, world, store_path, fused)
+    lazyfuse.config.set_async_execution(True)
+    lazy = lazy_device()
+    expected = ranked(torch.device("cpu"), 0) + ranked(torch.device("cpu"), 1)
+    for _ in range(3):
+        runs = lazyfuse.metrics.counter_value("LazyFuseStreamRuns")
+        t = after_a_while(ranked(lazy, rank), rank)
+        dist.all_reduce(t)
+        mark_step()
+        assert lazyfuse.metrics.counter_value("LazyFuseStreamRuns") == runs + 1
+        eager = ranked(torch.device("cpu"), rank) * 100
+        dist.all_reduce(eager)
+        torch.testing.assert_close(eager, expected * 100)
+        torch.testing.assert_close(t.cpu(), expected)
+    # DDP's steps, their gradients all-reduced on the stream: every rank
+    # ends with the same parameters.
+    torch.manual_seed(0)
+    model = DistributedDataParallel(mlp().to(lazy))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    runs = lazyfuse.metrics.counter_value("LazyFuseStreamRuns")
+    for step in range(4):
+        x = torch.randn(4, 6, generator=torch.Generator().manual_seed(10 * step + rank))
+        optimizer.zero_grad()
+        model(after_a_while(x.to(lazy), rank)).square().mean().backward()
+        optimizer.step()
+        mark_step()
+    assert lazyfuse.metrics.counter_value("LazyFuseStreamRuns") >= runs + 4
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    gathered = [torch.empty(flat.shape) for _ in range(world)]
+    dist.all_gather(gathered, flat.cpu())
+    assert torch.equal(gathered[0], gathered[1])
+    # A group destroyed while a graph that uses it is still on the stream:
+    # the graph's collective runs as eager's had, before the destroy.
+    u = after_a_while(ranked(lazy, rank), rank)
+    dist.all_reduce(u)
+    mark_step()
+    dist.destroy_process_group()
+    torch.testing.assert_close(u.cpu(), expected)
+    assert lazyfuse.metrics.fallback_counts() == {}, lazyfuse.metrics.fallback_counts()
+
+
 def mlp() -> torch.nn.Module:
     return torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3))
 

@@ -77,6 +77,11 @@ def test_ranks_stay_in_lockstep() -> None:
     run_ranks(workers.check_lockstep, False)
 
 
+@pytest.mark.skipif(ON_CUDA, reason="the CPU stream serves the CPU backing device only")
+def test_collectives_on_the_cpu_stream_keep_the_program_order() -> None:
+    run_ranks(workers.check_collectives_on_the_stream, False)
+
+
 @pytest.mark.parametrize("wrap", ["ddp", "ddp_bucket_view", "helpers"])
 def test_mlp_with_adam_trains_like_one_process(wrap: str) -> None:
     run_ranks(workers.check_training, False, "mlp", wrap)

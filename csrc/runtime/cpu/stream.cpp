@@ -25,12 +25,15 @@ class CpuStream {
     std::thread([this] { Serve(); }).detach();
   }
 
-  void Submit(std::function<void()> work) {
+  void Submit(std::function<void()> work, bool communicates) {
     const int threads = at::get_num_threads();
     {
       std::lock_guard<std::mutex> lock(mutex_);
       queue_.push_back({std::move(work), threads});
       ++submitted_;
+      if (communicates) {
+        last_communicating_ = submitted_;
+      }
     }
     wake_.notify_one();
   }
@@ -38,6 +41,12 @@ class CpuStream {
   void Synchronize() {
     std::unique_lock<std::mutex> lock(mutex_);
     const uint64_t target = submitted_;
+    done_cv_.wait(lock, [&] { return finished_ >= target; });
+  }
+
+  void WaitForCommunicating() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    const uint64_t target = last_communicating_;
     done_cv_.wait(lock, [&] { return finished_ >= target; });
   }
 
@@ -94,6 +103,7 @@ class CpuStream {
   int threads_ = 0;
   uint64_t submitted_ = 0;
   uint64_t finished_ = 0;
+  uint64_t last_communicating_ = 0;  // by submission count
 };
 
 std::mutex g_stream_mutex;
@@ -117,8 +127,8 @@ CpuStream* Stream(bool create) {
 
 }  // namespace
 
-void SubmitToCpuStream(std::function<void()> work) {
-  Stream(/*create=*/true)->Submit(std::move(work));
+void SubmitToCpuStream(std::function<void()> work, bool communicates) {
+  Stream(/*create=*/true)->Submit(std::move(work), communicates);
 }
 
 void SynchronizeCpuStream() {
@@ -127,6 +137,15 @@ void SynchronizeCpuStream() {
   }
   if (CpuStream* stream = Stream(/*create=*/false)) {
     stream->Synchronize();
+  }
+}
+
+void WaitForCpuStreamCollectives() {
+  if (t_on_stream) {
+    return;
+  }
+  if (CpuStream* stream = Stream(/*create=*/false)) {
+    stream->WaitForCommunicating();
   }
 }
 
