@@ -89,6 +89,12 @@ class PendingRun {
     return run_ != nullptr;
   }
 
+  // Why the run's values cannot be made again, if they cannot.
+  std::string lost() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return run_ != nullptr ? run_->lost : std::string();
+  }
+
   // What a read of a failed stream run raised, if a read raised.
   std::string failure() {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -143,7 +149,7 @@ class PendingRun {
       try {
         Finish(/*all=*/false);
       } catch (c10::Error& error) {
-        if (on_stream_) {
+        if (on_stream_ && run_->lost.empty()) {
           failure_ = error.what_without_backtrace();
           error.add_context(
               "lazyfuse: this graph ran on the CPU stream after mark_step returned "
@@ -273,6 +279,12 @@ void WaitForCpuStreamRuns() {
   }
   for (const auto& weak : runs) {
     if (const std::shared_ptr<PendingRun> run = weak.lock()) {
+      const std::string lost = run->lost();
+      TORCH_CHECK(lost.empty(),
+                  "lazyfuse: a graph that mark_step handed to the CPU stream (asynchronous "
+                  "execution; LAZYFUSE_ASYNC=0 turns it off) failed when it ran, and what it "
+                  "computes cannot be made again. ",
+                  lost);
       TORCH_CHECK(!run->Unfinished(),
                   "lazyfuse: a graph that mark_step handed to the CPU stream (asynchronous "
                   "execution; LAZYFUSE_ASYNC=0 turns it off) failed when it ran. Nothing is lost: "

@@ -330,3 +330,31 @@ def test_on_by_default_with_two_cores_and_off_with_the_switch(
         check=True,
     )
     assert out.stdout.strip() == {"on": "True", "off": "False"}[expected]
+
+
+def test_a_wait_says_when_a_failed_graph_lost_its_values(lazy) -> None:
+    # A kernel that failed once it may have written over its input cannot
+    # run again: the wait must say the values are lost, not that nothing is.
+    if not HOST_COMPILER:
+        pytest.skip(NO_CPU_KERNELS)
+    host_p = torch.randn(64)
+    p = host_p.to(lazy)
+    lazyfuse.mark_step(wait=True)
+    with lazyfuse.config.kernel_settings_as(emulate_cuda=False, cpu_kernels=True, strict=True):
+        p.mul_(3).add_(1)
+        lazyfuse._C._inject_kernel_faults(True, after_writing=True)
+        try:
+            lazyfuse.mark_step()
+            with pytest.raises(RuntimeError, match=r"(?s)cannot be made again.*began writing"):
+                lazyfuse.wait_device_ops()
+        finally:
+            lazyfuse._C._inject_kernel_faults(False)
+        assert counter(STREAM_FAILURES) == 1
+        for _ in range(2):
+            with pytest.raises(RuntimeError, match="this value was lost.*began writing") as raised:
+                p.cpu()
+            assert "ran its rest again" not in str(raised.value)
+        p = host_p.to(lazy)
+        p.mul_(3).add_(1)
+        lazyfuse.mark_step()
+        torch.testing.assert_close(p.cpu(), host_p * 3 + 1)
