@@ -156,10 +156,12 @@ def sync(wait: bool = False) -> None:
 def add_step_closure(
     closure: Callable[..., object], args: Sequence[object] = (), run_async: bool = False
 ) -> None:
-    """Runs ``closure(*args)`` once the current step's graph has executed, at
-    the end of the next :func:`mark_step`: the way to log a loss without a
-    mid-step sync (reading it inside the closure costs no extra graph). With
-    ``run_async=True`` it runs on a background thread. torch_xla's API."""
+    """Runs ``closure(*args)`` at the end of the next :func:`mark_step`, once
+    the step's graph has been launched: the way to log a loss without a
+    mid-step sync. Reading a tensor inside the closure waits for the graph to
+    finish (it may still be running, as on a GPU or under asynchronous
+    execution) and costs no extra graph. With ``run_async=True`` it runs on a
+    background thread. torch_xla's API."""
     with _step_closures_lock:
         _step_closures.append((closure, tuple(args), run_async))
 
