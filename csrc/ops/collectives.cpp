@@ -305,26 +305,13 @@ at::Tensor WaitTensor(const at::Tensor& tensor) {
                                       torch::lazy::TryGetLtcTensor(tensor)->GetDevice()));
 }
 
+// AnyTensorIn, and the Tensor[][] some collectives take (allgather_'s outputs).
 bool HoldsLazyTensor(const c10::IValue& value) {
-  if (value.isTensor()) {
-    return IsLazy(value.toTensor());
+  if (value.isList() && !value.isTensorList() && !value.isOptionalTensorList()) {
+    const c10::ArrayRef<c10::IValue> elements = value.toListRef();
+    return std::any_of(elements.begin(), elements.end(), HoldsLazyTensor);
   }
-  if (value.isTensorList()) {
-    for (const at::Tensor& tensor : value.toTensorList()) {
-      if (IsLazy(tensor)) {
-        return true;
-      }
-    }
-    return false;
-  }
-  if (value.isList()) {
-    for (const c10::IValue& element : value.toListRef()) {
-      if (HoldsLazyTensor(element)) {
-        return true;
-      }
-    }
-  }
-  return false;
+  return AnyTensorIn(value, IsLazy);
 }
 
 std::function<void()>& WaitForGraphCollectives() {
@@ -339,9 +326,8 @@ void OrderAfterGraphCollectives(const c10::OperatorHandle& op,
                                 c10::DispatchKeySet keys,
                                 torch::jit::Stack* stack) {
   const size_t num_arguments = op.schema().arguments().size();
-  const bool lazy = std::any_of(stack->end() - static_cast<std::ptrdiff_t>(num_arguments),
-                                stack->end(),
-                                [](const c10::IValue& value) { return HoldsLazyTensor(value); });
+  const bool lazy = std::any_of(
+      stack->end() - static_cast<std::ptrdiff_t>(num_arguments), stack->end(), HoldsLazyTensor);
   if (!lazy && WaitForGraphCollectives()) {
     WaitForGraphCollectives()();
   }
