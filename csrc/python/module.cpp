@@ -38,6 +38,16 @@ torch::lazy::BackendDevice DefaultBackendDevice() {
   return torch::lazy::getBackend()->GetBackendDevice(c10::Device(c10::kLazy, 0));
 }
 
+// A binding that waits for the CPU stream lets go of the GIL while it
+// waits: the stream's run may need it and would wait for this thread. It
+// drops what Python holds (a saved-tensors hook in the state it runs
+// under), or takes a lock whose holder does (a Gloo worker freeing an eager
+// collective's tensors, while the run queues its own collective).
+void SynchronizeCpuStreamWithoutGil() {
+  py::gil_scoped_release release;
+  SynchronizeCpuStream();
+}
+
 std::vector<const torch::lazy::Node*> RootsOf(const std::vector<at::Tensor>& tensors) {
   std::vector<const torch::lazy::Node*> roots;
   for (const at::Tensor& tensor : tensors) {
@@ -61,7 +71,7 @@ void MarkStep(bool wait) {
 }
 
 py::dict MetricSummary(const std::string& name) {
-  SynchronizeCpuStream();
+  SynchronizeCpuStreamWithoutGil();
   py::dict out;
   torch::lazy::MetricData* data = torch::lazy::GetMetric(name);
   if (data == nullptr) {
@@ -104,22 +114,28 @@ PYBIND11_MODULE(_C, m) {
   m.def("_reuse_ir", &ReuseIrEnabled);
   m.def("_set_reuse_ir", &SetReuseIr);
   m.def("_donation", &DonationEnabled);
-  m.def("_data_address", [](const at::Tensor& tensor) {
-    auto lazy = torch::lazy::TryGetLtcTensor(tensor);
-    TORCH_CHECK(
-        lazy, "lazyfuse.debug.data_address: expected a lazy tensor, got one on ", tensor.device());
-    const auto* data = dynamic_cast<const LazyFuseBackendData*>(lazy->CurrentDataHandle().get());
-    TORCH_CHECK(data != nullptr && data->HasValue(),
-                "lazyfuse.debug.data_address: the tensor has no data yet; call mark_step first");
-    return reinterpret_cast<uintptr_t>(data->tensor().const_data_ptr());
-  });
+  m.def(
+      "_data_address",
+      [](const at::Tensor& tensor) {
+        auto lazy = torch::lazy::TryGetLtcTensor(tensor);
+        TORCH_CHECK(lazy,
+                    "lazyfuse.debug.data_address: expected a lazy tensor, got one on ",
+                    tensor.device());
+        const auto* data =
+            dynamic_cast<const LazyFuseBackendData*>(lazy->CurrentDataHandle().get());
+        TORCH_CHECK(
+            data != nullptr && data->HasValue(),
+            "lazyfuse.debug.data_address: the tensor has no data yet; call mark_step first");
+        return reinterpret_cast<uintptr_t>(data->tensor().const_data_ptr());  // waits for its run
+      },
+      py::call_guard<py::gil_scoped_release>());
   m.def("_set_donation", &SetDonation);
   m.def("_clear_kept_failure", [] { ClearKeptFailure(DefaultBackendDevice()); });
   m.def("_async_execution", &AsyncExecutionEnabled);
   m.def("_set_async_execution", &SetAsyncExecution);
   // At exit: the stream's thread must not be running kernels while the
-  // process tears down what they use.
-  m.def("_synchronize_cpu_stream", &SynchronizeCpuStream, py::call_guard<py::gil_scoped_release>());
+  // process tears down what they use. Before a fork: see stream.cpp.
+  m.def("_synchronize_cpu_stream", &SynchronizeCpuStreamWithoutGil);
   py::class_<MemoryMeter, std::shared_ptr<MemoryMeter>>(m, "_MemoryMeter")
       .def_property_readonly("allocated", &MemoryMeter::allocated)
       .def_property_readonly("peak", &MemoryMeter::peak)
@@ -151,11 +167,11 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("_start_memory_meter", [] { return StartMemoryMeter(BackingDevice().type()); });
   m.def("_stop_memory_meter", [](const std::shared_ptr<MemoryMeter>& meter) {
-    SynchronizeCpuStream();
+    SynchronizeCpuStreamWithoutGil();
     StopMemoryMeter(meter);
   });
   m.def("_cpu_output_pool", [] {
-    SynchronizeCpuStream();
+    SynchronizeCpuStreamWithoutGil();
     const OutputPoolStats stats = CpuOutputPoolStats();
     py::dict out;
     out["kept_bytes"] = stats.kept_bytes;
@@ -172,34 +188,34 @@ PYBIND11_MODULE(_C, m) {
   // Metrics count what the steps mark_step started did: a graph on the CPU
   // stream (asynchronous execution) is waited for first.
   m.def("_counter_names", [] {
-    SynchronizeCpuStream();
+    SynchronizeCpuStreamWithoutGil();
     return torch::lazy::GetCounterNames();
   });
   m.def("_counter_value", [](const std::string& name) -> int64_t {
-    SynchronizeCpuStream();
+    SynchronizeCpuStreamWithoutGil();
     torch::lazy::CounterData* data = torch::lazy::GetCounter(name);
     return data ? data->Value() : 0;
   });
   m.def("_metric_names", [] {
-    SynchronizeCpuStream();
+    SynchronizeCpuStreamWithoutGil();
     return torch::lazy::GetMetricNames();
   });
   m.def("_metric_summary", &MetricSummary);
   m.def("_metrics_report", [] {
-    SynchronizeCpuStream();
+    SynchronizeCpuStreamWithoutGil();
     return torch::lazy::CreateMetricReport();
   });
   m.def("_last_graph_hash", [] { return torch::lazy::HashToString(PendingGraphHash()); });
   m.def("_clear_counters", [] {
-    SynchronizeCpuStream();
+    SynchronizeCpuStreamWithoutGil();
     torch::lazy::MetricsArena::Get()->ResetCounters();
   });
   m.def("_clear_metrics", [] {
-    SynchronizeCpuStream();
+    SynchronizeCpuStreamWithoutGil();
     torch::lazy::MetricsArena::Get()->ResetMetrics();
   });
   m.def("_reset_metrics", [] {
-    SynchronizeCpuStream();
+    SynchronizeCpuStreamWithoutGil();
     torch::lazy::MetricsArena::Get()->ResetCounters();
     torch::lazy::MetricsArena::Get()->ResetMetrics();
   });

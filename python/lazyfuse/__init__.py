@@ -54,6 +54,9 @@ _C._dynamic_kernels()  # a bad LAZYFUSE_DYNAMIC raises here, not at the first ke
 _C._cpu_output_pool()  # and a bad LAZYFUSE_CPU_CACHE_MB
 _torch_lazy.install()
 atexit.register(_C._synchronize_cpu_stream)
+# Before os.fork (a DataLoader's workers) the stream is waited for here, with
+# the GIL let go: the wait in the fork itself holds it (runtime/cpu/stream.cpp).
+os.register_at_fork(before=_C._synchronize_cpu_stream)
 device_module.register()
 # Frames under these folders are never a user's call site (compile log).
 _C._set_library_dirs(

@@ -358,3 +358,69 @@ def test_a_wait_says_when_a_failed_graph_lost_its_values(lazy) -> None:
         p.mul_(3).add_(1)
         lazyfuse.mark_step()
         torch.testing.assert_close(p.cpu(), host_p * 3 + 1)
+
+
+# Each wait below follows a graph handed to the stream under a saved-tensors
+# hook, which the run's thread-local state holds: the run needs the GIL to
+# drop it. A wait that held the GIL hung there (a Gloo worker freeing an
+# eager collective's tensors did the same in a 2-rank DDP test).
+WAITS_HOLDING_NO_GIL = """
+import faulthandler, os, torch, lazyfuse
+lazyfuse.config.set_async_execution(True)
+lazy = lazyfuse.lazy_device()
+
+def fork():
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    assert os.waitpid(pid, 0)[1] == 0
+
+def track_memory():
+    with lazyfuse.metrics.track_memory():
+        pass
+
+WAITS = {
+    "metrics.counter_value": lambda t: lazyfuse.metrics.counter_value("LazyFuseStreamRuns"),
+    "metrics.counters": lambda t: lazyfuse.metrics.counters(),
+    "metrics.metric_names": lambda t: lazyfuse.metrics.metric_names(),
+    "metrics.steps_per_graph": lambda t: lazyfuse.metrics.steps_per_graph(),
+    "metrics.report": lambda t: lazyfuse.metrics.report(),
+    "metrics.cpu_output_cache": lambda t: lazyfuse.metrics.cpu_output_cache(),
+    "metrics.track_memory": lambda t: track_memory(),
+    "metrics.clear_all": lambda t: lazyfuse.metrics.clear_all(),
+    "debug.data_address": lambda t: lazyfuse.debug.data_address(t),
+    "wait_device_ops": lambda t: lazyfuse.wait_device_ops(),
+    "mark_step(wait=True)": lambda t: lazyfuse.mark_step(wait=True),
+    "os.fork": lambda t: fork(),
+    "Tensor.cpu": lambda t: t.cpu(),
+    "Tensor.tolist": lambda t: t.tolist(),
+    "print": lambda t: print(t),
+}
+with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
+    for name, wait in WAITS.items():
+        t = torch.randn(96, 96).to(lazy)
+        for _ in range(6):
+            t = (t @ t).tanh()
+        lazyfuse.mark_step()
+        print("waiting in", name, flush=True)
+        faulthandler.dump_traceback_later(30, exit=True)
+        wait(t)
+        faulthandler.cancel_dump_traceback_later()
+print("every wait returned")
+"""
+
+
+def test_waits_from_python_let_go_of_the_gil() -> None:
+    environ = {k: v for k, v in os.environ.items() if k != "LAZYFUSE_ASYNC"}
+    out = subprocess.run(
+        [sys.executable, "-c", WAITS_HOLDING_NO_GIL],
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    waits = [line for line in out.stdout.splitlines() if line.startswith("waiting in")]
+    assert out.returncode == 0 and "every wait returned" in out.stdout, (
+        f"hung or failed {waits[-1] if waits else 'before the first wait'}:\n{out.stderr[-3000:]}"
+    )

@@ -113,7 +113,8 @@ CpuStream* Stream(bool create) {
   static const bool registered = [] {
     // The stream is idle when the process forks (a DataLoader's workers),
     // so no lock is held by a thread the child lacks; the child starts a
-    // stream of its own.
+    // stream of its own. A fork from Python holds the GIL here, which a run
+    // may need: lazyfuse waits first, in an os.register_at_fork hook.
     pthread_atfork(SynchronizeCpuStream, nullptr, [] { g_stream = nullptr; });
     return true;
   }();
