@@ -15,6 +15,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "ltc/backing_ops_guard.h"
 #include "ltc/config.h"
 
 namespace lazyfuse {
@@ -185,7 +186,10 @@ void LazyFuseEagerFallback(const c10::OperatorHandle& op, torch::jit::Stack* sta
     }
   }
 
-  op.callBoxed(stack);
+  {
+    const BackingOpsGuard backing_ops;
+    op.callBoxed(stack);
+  }
 
   // Write back: arguments the op mutated get their new value.
   for (size_t i = 0; i < num_arguments; ++i) {

@@ -1,6 +1,5 @@
 #include "program/executor.h"
 
-#include <ATen/core/LegacyTypeDispatch.h>
 #include <c10/util/Exception.h>
 #include <c10/util/SmallVector.h>
 #include <torch/csrc/lazy/core/metrics.h>
@@ -9,6 +8,7 @@
 #include <numeric>
 #include <unordered_map>
 
+#include "ltc/backing_ops_guard.h"
 #include "ltc/config.h"
 #include "program/error_text.h"
 #include "program/memory_meter.h"
@@ -191,9 +191,7 @@ std::vector<at::Tensor> ContinueProgram(ProgramRun& run, const std::vector<bool>
   TORCH_LAZY_TIMED("LazyFuseExecute");
   const Program& program = *run.program;
   std::vector<at::Tensor>& slots = run.slots;
-  // Steps run on plain backing-device tensors; autograd was already applied
-  // while tracing.
-  at::AutoDispatchBelowADInplaceOrView below_autograd;
+  const BackingOpsGuard backing_ops;
   const c10::Device device = BackingDevice();
   const std::vector<uint8_t> runs = StepsToRun(program, run.next_step, wanted);
   for (size_t i = run.next_step; i < program.steps.size(); ++i) {
