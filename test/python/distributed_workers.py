@@ -403,9 +403,12 @@ def check_replayed_training(rank: int, world: int, store_path: str, fused: bool,
         results.append([p.detach().cpu() for p in model.parameters()])
     for traced, replayed in zip(*results, strict=True):
         assert torch.equal(traced, replayed)
-    # The ranks averaged their gradients: their parameters agree.
-    mine = torch.cat([p.reshape(-1) for p in results[1]])
+    # The ranks averaged their gradients: their parameters agree. Gathered on
+    # lazy tensors: a Gloo worker that frees an eager collective's tensors
+    # takes the GIL, and at interpreter exit that aborts the process (the
+    # kept records hold the group, so its workers outlive the script).
+    mine = torch.cat([p.reshape(-1) for p in results[1]]).to(lazy)
     theirs = [torch.empty_like(mine) for _ in range(world)]
     dist.all_gather(theirs, mine)
-    assert all(torch.equal(mine, other) for other in theirs)
+    assert all(torch.equal(mine.cpu(), other.cpu()) for other in theirs)
     dist.destroy_process_group()
