@@ -16,6 +16,16 @@
 namespace lazyfuse {
 namespace {
 
+// Views refused below functionalization on this thread (eager_fallback's
+// hook counts them): how an aten composite shows it takes views.
+thread_local size_t t_views_refused = 0;
+
+// Only lazy tensors are wrapped: a composite reads a CPU argument's data
+// (_pack_padded_sequence's lengths), which a wrapper hides.
+at::Tensor LazyToFunctional(const at::Tensor& tensor) {
+  return tensor.defined() && tensor.device().is_lazy() ? ToFunctional(tensor) : tensor;
+}
+
 // The Lazy kernel of an op in Note [Composite kernels below functionalization].
 void RunFunctionalized(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   // The op was redefined without a composite kernel since it was registered.
@@ -26,7 +36,7 @@ void RunFunctionalized(const c10::OperatorHandle& op, torch::jit::Stack* stack) 
   TORCH_LAZY_COUNTER("LazyFuseFunctionalizedComposite", 1);
   const size_t num_arguments = op.schema().arguments().size();
   for (size_t i = stack->size() - num_arguments; i < stack->size(); ++i) {
-    ForEachTensorIn((*stack)[i], ToFunctional);
+    ForEachTensorIn((*stack)[i], LazyToFunctional);
   }
   {
     // As at::functionalization::impl::functionalize_op_helper does, which
@@ -110,6 +120,74 @@ bool NeedsFunctionalizedComposite(const c10::OperatorHandle& op) {
          !op.hasKernelForDispatchKey(c10::DispatchKey::Lazy);
 }
 
+// The Lazy kernel of an aten op in Note [aten composites on bare lazy
+// tensors]: its composite runs as it would without this kernel until the
+// op shows it cannot, then the way that works from then on.
+class AtenComposite final : public c10::OperatorKernel {
+ public:
+  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+    const Way way = way_.load(std::memory_order_relaxed);
+    if (way != Way::kComposite) {
+      Run(way, op, stack);
+      return;
+    }
+    const size_t begin = stack->size() - op.schema().arguments().size();
+    const std::vector<c10::IValue> arguments(stack->begin() + begin, stack->end());
+    const size_t refused = t_views_refused;
+    try {
+      c10::Dispatcher::singleton().callBoxedForDispatchKey(
+          op, c10::DispatchKey::CompositeExplicitAutograd, stack);
+      return;
+    } catch (const c10::Error&) {
+    }
+    // A functional op's partial run changed nothing a caller can see: its
+    // inputs are unchanged and the IR it built is unreachable.
+    stack->resize(begin);
+    stack->insert(stack->end(), arguments.begin(), arguments.end());
+    // Any other failure than a view (a CPU-only kernel, data read on the
+    // host, a bad argument) runs the op as one without a lowering runs; a bad
+    // argument then raises eager's own error and changes nothing.
+    const Way instead = t_views_refused != refused ? Way::kFunctionalized : Way::kEager;
+    Run(instead, op, stack);
+    way_.store(instead, std::memory_order_relaxed);
+  }
+
+ private:
+  enum class Way { kComposite, kFunctionalized, kEager };
+
+  static void Run(Way way, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+    if (way == Way::kEager) {
+      LazyFuseEagerFallback(op, stack);
+    } else {
+      RunFunctionalized(op, stack);
+    }
+  }
+
+  std::atomic<Way> way_{Way::kComposite};
+};
+
+// Note [aten composites on bare lazy tensors]: an aten op without a lazy
+// lowering whose only kernel is a CompositeExplicitAutograd one runs that
+// kernel at the Lazy key, below functionalization. Most such kernels
+// compose lowered ops and work there. Some take a view of a bare lazy
+// tensor, which cannot be recorded (conv_tbc, affine_grid_generator and
+// _pack_padded_sequence transpose or narrow their input); such an op runs
+// with functionalization re-applied once it has shown that. Others are
+// backend kernels in all but name: they call a CPU or CUDA kernel directly
+// (kaiser_window), resize a view (fft_fftfreq) or read a tensor's address
+// (_grouped_mm's alignment check); such an op falls back to eager, as an op
+// without a lowering does. Pointwise composites only wrap a scalar, and
+// random ones are ops/random.cpp's, so neither is wrapped.
+bool NeedsAtenComposite(const c10::OperatorHandle& op) {
+  const auto name_space = op.operator_name().getNamespace();
+  return name_space.has_value() && *name_space == "aten" && op.hasSchema() &&
+         IsFunctionalSchema(op.schema()) &&
+         op.hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) &&
+         !op.hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd) &&
+         !op.hasKernelForDispatchKey(c10::DispatchKey::Lazy) && !op.hasTag(at::Tag::pointwise) &&
+         !op.hasTag(at::Tag::nondeterministic_seeded);
+}
+
 class Registry final : public c10::OpRegistrationListener {
  public:
   void onOperatorRegistered(const c10::OperatorHandle& op) override {
@@ -149,6 +227,12 @@ class Registry final : public c10::OpRegistrationListener {
             c10::DispatchKey::Lazy,
             c10::KernelFunction::makeFromBoxedFunction<&RunFunctionalized>(),
             "lazyfuse: composite kernel run with functionalization");
+      }
+      if (op && NeedsAtenComposite(*op)) {
+        add(name,
+            c10::DispatchKey::Lazy,
+            c10::KernelFunction::makeFromBoxedFunctor(std::make_unique<AtenComposite>()),
+            "lazyfuse: aten composite, functionalized or eager once it fails");
       }
       if (op && NeedsInplaceDecomposition(*op)) {
         add(name,
@@ -190,7 +274,10 @@ void RegisterFunctionalizedComposites() {
       c10::Dispatcher::singleton().addRegistrationListener(std::move(owned)));
   (void)listener;
   RegisterNewFunctionalizedComposites();
-  SetViewRefusedBelowFunctionalizationHook([] { RegisterNewFunctionalizedComposites(); });
+  SetViewRefusedBelowFunctionalizationHook([] {
+    ++t_views_refused;
+    RegisterNewFunctionalizedComposites();
+  });
 }
 
 size_t RegisterNewFunctionalizedComposites() {

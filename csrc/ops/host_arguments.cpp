@@ -7,6 +7,8 @@
 
 #include <vector>
 
+#include "ops/functional_tensors.h"
+
 namespace lazyfuse {
 namespace {
 
@@ -72,6 +74,39 @@ at::Tensor CtcLossWithTensorLengths(const at::Tensor& log_probs,
                       zero_infinity);
 }
 
+bool IsLazyTensor(const at::Tensor& tensor) {
+  return tensor.defined() && tensor.device().is_lazy();
+}
+
+// _pack_padded_sequence's batch sizes are a CPU tensor, as in eager: the RNN
+// kernels and pad_packed_sequence read them on the host. Functionalization's
+// fallback wraps every result of an op on lazy tensors, these too; here only
+// the lazy results stay wrapped. Other tensors are functionalized as before.
+void PackPaddedSequenceFunctionalized(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const size_t num_arguments = op.schema().arguments().size();
+  bool lazy = false;
+  for (size_t i = stack->size() - num_arguments; i < stack->size(); ++i) {
+    lazy = lazy || AnyTensorIn((*stack)[i], [](const at::Tensor& tensor) {
+             return IsLazyTensor(at::functionalization::impl::isFunctionalTensor(tensor)
+                                     ? at::functionalization::impl::from_functional_tensor(tensor)
+                                     : tensor);
+           });
+  }
+  CallAsFunctionalizationFallback(op, stack);
+  if (!lazy) {
+    return;
+  }
+  const size_t num_returns = op.schema().returns().size();
+  for (size_t i = stack->size() - num_returns; i < stack->size(); ++i) {
+    ForEachTensorIn((*stack)[i], [](const at::Tensor& tensor) {
+      return at::functionalization::impl::isFunctionalTensor(tensor) &&
+                     !IsLazyTensor(at::functionalization::impl::from_functional_tensor(tensor))
+                 ? FromFunctional(tensor)
+                 : tensor;
+    });
+  }
+}
+
 }  // namespace
 
 void RegisterHostArgumentOverrides() {
@@ -81,6 +116,11 @@ void RegisterHostArgumentOverrides() {
       torch::Library::IMPL, "aten", c10::DispatchKey::AutogradLazy, __FILE__, __LINE__);
   library->impl("tensor_split.tensor_indices_or_sections", TORCH_FN(TensorSplitByTensor));
   library->impl("ctc_loss.Tensor", TORCH_FN(CtcLossWithTensorLengths));
+  static auto* functionalize = new torch::Library(
+      torch::Library::IMPL, "aten", c10::DispatchKey::Functionalize, __FILE__, __LINE__);
+  functionalize->impl(
+      "_pack_padded_sequence",
+      torch::CppFunction::makeFromBoxedFunction<&PackPaddedSequenceFunctionalized>());
 }
 
 }  // namespace lazyfuse

@@ -9,7 +9,8 @@ namespace lazyfuse {
 // for tensor subclasses, which mixes the host tensors into device math; the
 // overrides, at the autograd key, read them on the host as eager does for
 // plain tensors, then call the IntArrayRef overloads, which record autograd
-// as usual. Called once from the backend's init.
+// as usual. _pack_padded_sequence's batch sizes leave functionalization as
+// the CPU tensor eager returns. Called once from the backend's init.
 void RegisterHostArgumentOverrides();
 
 }  // namespace lazyfuse
