@@ -153,7 +153,6 @@ void LazyFuseEagerFallback(const c10::OperatorHandle& op, torch::jit::Stack* sta
               "move the tensor off the lazy device first (t.cpu(), or t.to(\"cuda\")), then "
               "back");
   RefuseViews(schema);
-  CountFallback(op);
   const size_t num_arguments = schema.arguments().size();
   const auto arguments = torch::jit::last(stack, num_arguments).vec();
   const size_t arguments_begin = stack->size() - num_arguments;
@@ -190,6 +189,9 @@ void LazyFuseEagerFallback(const c10::OperatorHandle& op, torch::jit::Stack* sta
     const BackingOpsGuard backing_ops;
     op.callBoxed(stack);
   }
+  // Only a run counts: an op that raises eager's error for a bad argument
+  // ran nothing.
+  CountFallback(op);
 
   // Write back: arguments the op mutated get their new value.
   for (size_t i = 0; i < num_arguments; ++i) {
