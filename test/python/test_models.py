@@ -293,6 +293,23 @@ def test_checkpoint_moves_between_lazy_and_cpu(lazy: torch.device, tmp_path) -> 
     compare(cpu_model, fresh)
 
 
+def test_hf_save_pretrained_through_a_cpu_state_dict_round_trips(
+    lazy: torch.device, tmp_path
+) -> None:
+    """README, Known gaps: a lazy tensor has no storage address, which
+    save_pretrained reads to find tied weights; a CPU state dict has one."""
+    transformers = pytest.importorskip("transformers", reason="scripts/setup_env.sh installs it")
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=50, n_positions=16)
+    model = transformers.GPT2LMHeadModel(config).to(lazy)
+    state = {name: tensor.cpu() for name, tensor in model.state_dict().items()}
+    model.save_pretrained(tmp_path, state_dict=dict(state))  # it drops tied copies
+    loaded = transformers.GPT2LMHeadModel.from_pretrained(tmp_path)
+    assert loaded.lm_head.weight is loaded.transformer.wte.weight  # still tied
+    for name, tensor in loaded.state_dict().items():
+        assert torch.equal(tensor, state[name]), name
+
+
 def test_clip_grad_norm_needs_no_host_sync(lazy: torch.device) -> None:
     torch.manual_seed(0)
     model = mlp()
