@@ -118,8 +118,13 @@ ALIAS_VIEWS = {
 
 
 # Ops whose step calls a lazyfuse function with the at::_ops signature: its
-# own loop where ATen's is slow on the backing device, else ATen's call.
-OWN_STEPS = {"max_pool2d_with_indices": "lazyfuse::MaxPool2dWithIndicesStep"}  # ops/max_pool_step.h
+# own loop where ATen's is slow on the backing device, or ATen's call on its
+# input laid out as the lazy tensor says it is.
+OWN_STEPS = {
+    "max_pool2d_with_indices": "lazyfuse::MaxPool2dWithIndicesStep",  # ops/max_pool_step.h
+    "as_strided_copy": "lazyfuse::AsStridedCopyStep",  # ops/storage_view_steps.h
+    "as_strided_scatter": "lazyfuse::AsStridedScatterStep",
+}
 
 
 def executed_op(op_name: str, unambiguous: str) -> str:

@@ -18,6 +18,7 @@
 #include "ops/max_pool_step.h"
 #include "ops/scalar_operands.h"
 #include "ops/shape_inference.h"
+#include "ops/storage_view_steps.h"
 #include "program/lowering_context.h"
 #include "program/program.h"
 

@@ -326,3 +326,44 @@ def test_addbmm_into_a_broadcast_target_raises_naming_the_op(
     torch.testing.assert_close(target.cpu(), torch.ones(target_shape))
     fitting = torch.ones(3, 5).to(lazy).addbmm_(b1.to(lazy), b2.to(lazy))
     torch.testing.assert_close(fitting.cpu(), torch.ones(3, 5).addbmm_(b1, b2))
+
+
+# Tensors whose memory on the backing device is laid out unlike the lazy
+# tensor's contiguous metadata: views that run as aliases of their base, a
+# matmul every reader transposes (computed transposed), a fused kernel's
+# output, and a view of a view.
+LAYOUTS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "transpose": lambda x: x.t(),
+    "column slice": lambda x: x[:, 1:3],
+    "row slice": lambda x: x[1:],
+    "select": lambda x: x[1],
+    "permuted view of a view": lambda x: x.view(3, 2, 3)[:, 1:].permute(2, 0, 1),
+    "expand": lambda x: x[:1].expand(3, 6),
+    "transposed matmul": lambda x: (x.t() @ x[:, :3]).t(),
+    "fused output": lambda x: x.t() * 2 + 1,
+}
+
+
+def _storage_reads(t: torch.Tensor) -> list[torch.Tensor]:
+    """as_strided and as_strided_scatter with coordinates from t's metadata,
+    as user code computes them."""
+    first = t.narrow(0, 0, 1)
+    flat = t.flatten()
+    return [
+        t.as_strided(t.size(), t.stride(), t.storage_offset()),
+        flat.as_strided((2, 2), (1, 1), flat.storage_offset() + 1),
+        torch.as_strided_scatter(t, first * 2, first.size(), t.stride(), t.storage_offset()),
+    ]
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_as_strided_reads_a_tensor_as_its_metadata_describes(
+    layout: str, lazy: torch.device, engine: str
+) -> None:
+    # A lazy tensor reports a contiguous layout of its own whatever memory it
+    # runs on, as eager's contiguous copy of it has.
+    x = torch.arange(18.0).view(3, 6)
+    got = _storage_reads(LAYOUTS[layout](x.to(lazy)))
+    expected = _storage_reads(LAYOUTS[layout](x).contiguous())
+    for name, g, e in zip(("same", "window", "scatter"), got, expected, strict=True):
+        torch.testing.assert_close(g.cpu(), e, rtol=0, atol=0, msg=f"{layout}: {name}")
