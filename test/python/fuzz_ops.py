@@ -136,8 +136,10 @@ VIEWS = [
     "flip_dims",
 ]
 # Ops whose result's sign of zero eager leaves to evaluation order (CPU
-# eager's vectorised and scalar paths keep different operands of a tie).
-SIGN_FREE_OPS = {"maximum", "minimum", "amax", "amin", "softmax", "log_softmax"}
+# eager's vectorised and scalar paths keep different operands of a tie, and
+# give gelu of a large negative number +0 and -0: gelu(full((n,), -10.)) is
+# -0 for n = 1 and +0 for n >= 3).
+SIGN_FREE_OPS = {"maximum", "minimum", "amax", "amin", "softmax", "log_softmax", "gelu"}
 WIDE = 1 << 31  # the virtual extent a wide slice starts past
 
 
