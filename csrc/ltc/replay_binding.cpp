@@ -16,7 +16,8 @@ at::Tensor LazyTensorOf(const torch::lazy::BackendDataPtr& data) {
 
 bool ArgumentMatches(const RecordedArgument& recorded, const at::Tensor& argument) {
   if (!argument.defined() || argument.scalar_type() != recorded.dtype ||
-      argument.sizes() != c10::IntArrayRef(recorded.sizes)) {
+      argument.sizes() != c10::IntArrayRef(recorded.sizes) ||
+      argument.requires_grad() != recorded.requires_grad) {
     return false;
   }
   if (recorded.lazy) {
@@ -24,6 +25,28 @@ bool ArgumentMatches(const RecordedArgument& recorded, const at::Tensor& argumen
   }
   return argument.device() == recorded.device &&
          argument.strides() == c10::IntArrayRef(recorded.strides);
+}
+
+std::string RequiresGradChanged(const StepRecord& record) {
+  const std::string why =
+      "a tensor the step reads or writes changed requires_grad (a layer frozen or unfrozen), "
+      "which changes what the step's backward and optimizer do";
+  for (const RecordedInput& input : record.inputs) {
+    if (input.source == InputSource::kLive) {
+      const at::Tensor tensor = BoundTensor(input);
+      if (tensor.defined() && tensor.requires_grad() != input.requires_grad) {
+        return why;
+      }
+    }
+  }
+  for (const RecordedWrite& write : record.writes) {
+    const at::Tensor target(write.target.lock());
+    if (!IsSet(write.grad_of) && target.defined() &&
+        target.requires_grad() != write.requires_grad) {
+      return why;
+    }
+  }
+  return "";
 }
 
 torch::lazy::BackendDataPtr DataOf(const at::Tensor& tensor, bool* pending, bool via_base) {

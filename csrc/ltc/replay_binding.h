@@ -7,6 +7,7 @@
 #include <ATen/Tensor.h>
 #include <torch/csrc/lazy/backend/backend_data.h>
 
+#include <string>
 #include <vector>
 
 #include "ltc/step_replay.h"
@@ -27,6 +28,11 @@ at::Tensor BoundTensor(const RecordedInput& input);
 
 // The current gradient of `parameter`, if both are alive.
 at::Tensor GradOf(const WeakTensor& parameter);
+
+// Why a tensor the record reads or writes no longer asks for gradients as it
+// did at capture (a layer frozen or unfrozen), or empty: the traced call's
+// backward and optimizer step depend on it, and a replay would not.
+std::string RequiresGradChanged(const StepRecord& record);
 
 // Gives `target` (and its storage base) the step's new value in place, as a
 // sync gives a tensor its computed data: no IR, no functionalization update,

@@ -222,6 +222,10 @@ bool StaticStep::Bind(const std::vector<at::Tensor>& arguments, std::string* why
       return false;
     }
   }
+  if (std::string changed = RequiresGradChanged(*record_); !changed.empty()) {
+    *why = std::move(changed);
+    return false;
+  }
   for (size_t j = 0; j < record_->inputs.size(); ++j) {
     const RecordedInput& input = record_->inputs[j];
     if (input.source != InputSource::kLive) {

@@ -16,6 +16,7 @@
 #include "ltc/backend_data.h"
 #include "ltc/device_data.h"
 #include "ltc/graph_executor.h"
+#include "ltc/replay_binding.h"
 #include "ltc/step_replay.h"
 
 namespace lazyfuse {
@@ -271,6 +272,7 @@ void BeginCapture(const std::vector<at::Tensor>& arguments, const std::vector<at
     meta.dtype = argument.scalar_type();
     meta.sizes = argument.sizes().vec();
     meta.device = argument.device();
+    meta.requires_grad = argument.requires_grad();
     t_capture.argument_impls.emplace(argument.unsafeGetTensorImpl(), k);
     if (torch::lazy::LazyTensorPtr lazy = torch::lazy::TryGetLtcTensor(argument)) {
       meta.lazy = true;
@@ -330,6 +332,11 @@ std::shared_ptr<StepRecord> EndCapture(const std::vector<at::Tensor>& live,
   record->device = capture.device;
   for (const auto& data : capture.graph_arguments) {
     record->inputs.push_back(ClassifyInput(capture, data));
+    RecordedInput& input = record->inputs.back();
+    if (input.source == InputSource::kLive) {
+      const at::Tensor tensor = BoundTensor(input);
+      input.requires_grad = tensor.defined() && tensor.requires_grad();
+    }
   }
   record->seeds = capture.seeds.size();
   const std::unordered_map<DataKey, size_t>& result_index = capture.synced;
@@ -369,6 +376,7 @@ std::shared_ptr<StepRecord> EndCapture(const std::vector<at::Tensor>& live,
     write.result = result->second;
     write.target = WeakTensor(tensor.getIntrusivePtr());
     write.made_in_call = capture.live_before.count(impl) == 0;
+    write.requires_grad = tensor.requires_grad();
     torch::lazy::LazyTensorPtr base = LazyStorageBase(tensor);
     torch::lazy::BackendDataPtr base_data = base ? base->CurrentDataHandle() : nullptr;
     if (base_data != nullptr && base_data != data && result_index.count(base_data.get()) != 0) {

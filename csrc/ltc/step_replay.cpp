@@ -64,6 +64,9 @@ ReplayOutcome Replay(const StepRecord& record, const std::vector<at::Tensor>& ar
                     "tensor argument " + std::to_string(k) + " changed its metadata");
     }
   }
+  if (std::string why = RequiresGradChanged(record); !why.empty()) {
+    return Refuse(ReplayStatus::kGuardFailed, std::move(why));
+  }
   const auto& backend = torch::lazy::getBackend();
   std::vector<torch::lazy::BackendDataPtr> data(record.inputs.size());
   std::vector<at::Tensor> bound;  // keeps every bound tensor alive until the results are in

@@ -72,6 +72,8 @@ struct RecordedInput {
   // The first op that reads it and the user's line that made it (frozen ones).
   std::string op;
   std::string call_site;
+  // A live tensor's requires_grad: autograd records the traced call by it.
+  bool requires_grad = false;
 };
 
 // Result `result` goes into `target`; `made_in_call`: the target was created
@@ -88,6 +90,8 @@ struct RecordedWrite {
   // The result the target's functional storage base took, when it is not
   // the target's own value (the target is a view, as every Parameter is).
   std::optional<size_t> base_result;
+  // The target's requires_grad: a frozen parameter's optimizer step skips it.
+  bool requires_grad = false;
 };
 
 // The lazy tensor holding the functional storage base of `tensor`, or null.
@@ -107,6 +111,7 @@ struct RecordedArgument {
   std::vector<int64_t> sizes;
   std::vector<int64_t> strides;
   c10::Device device = c10::Device(c10::kCPU);
+  bool requires_grad = false;
 };
 
 struct StepRecord {

@@ -53,8 +53,9 @@ DEFAULT_CHECK_EVERY = 100
 _MAX_DISAGREEMENTS = 4
 
 # Bumped whenever a module changes training mode or gains or swaps a
-# parameter, buffer or submodule: a replayed step guards on both.
-_epochs = {"train": 0, "structure": 0}
+# parameter, buffer or submodule, and whenever a hook is added or removed
+# outside a step's trace: a replayed step guards on all three.
+_epochs = {"train": 0, "structure": 0, "hooks": 0}
 _module_train = torch.nn.Module.train
 
 
@@ -68,6 +69,35 @@ def _structure_changed(*_: object) -> None:
 
 
 _tracing = threading.local()  # depth of replayed steps tracing on this thread
+
+# Every hook (module, global module, tensor, optimizer) is added through a
+# RemovableHandle and removed through it. A hook runs Python that computes
+# tensors, which a replay does not run: one added or removed between calls
+# changes the step. One added inside a step's trace is part of its graph.
+_RemovableHandle = torch.utils.hooks.RemovableHandle
+_handle_init = _RemovableHandle.__init__
+_handle_remove = _RemovableHandle.remove
+
+
+def _hooks_changed() -> None:
+    if not getattr(_tracing, "depth", 0):
+        _epochs["hooks"] += 1
+
+
+@functools.wraps(_handle_init)
+def _hook_added(self: Any, *args: Any, **kwargs: Any) -> None:
+    _handle_init(self, *args, **kwargs)
+    _hooks_changed()
+
+
+@functools.wraps(_handle_remove)
+def _hook_removed(self: Any) -> None:
+    _handle_remove(self)
+    _hooks_changed()
+
+
+_RemovableHandle.__init__ = _hook_added  # type: ignore[method-assign]
+_RemovableHandle.remove = _hook_removed  # type: ignore[method-assign]
 
 # Every replayed step, so a swap can drop their captures.
 _steps: weakref.WeakSet[ReplayedStep] = weakref.WeakSet()
@@ -180,6 +210,7 @@ def _process_state() -> tuple[object, ...]:
         tuple(_C._autocast_state()),
         _epochs["train"],
         _epochs["structure"],
+        _epochs["hooks"],
     )
 
 

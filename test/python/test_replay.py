@@ -67,6 +67,9 @@ def test_a_freed_bound_tensor_traces_again():
         "new_parameter",
         "hyperparameter",
         "pending_input",
+        "frozen_parameter",
+        "argument_requires_grad",
+        "forward_hook",
     ],
 )
 def test_every_guard_change_traces_again(change: str):
@@ -94,6 +97,12 @@ def test_every_guard_change_traces_again(change: str):
     elif change == "pending_input":
         with torch.no_grad():
             model[0].weight.mul_(0.5)
+    elif change == "frozen_parameter":
+        model[0].weight.requires_grad_(False)
+    elif change == "argument_requires_grad":
+        x = x.detach().requires_grad_()
+    elif change == "forward_hook":
+        model[1].register_forward_hook(lambda module, args, out: out * 2)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

@@ -44,6 +44,48 @@ def testcnn_with_batchnorm_switched_to_eval_replays_bit_identical():
     assert fn.traced_calls <= 6  # two captures per mode, plus the first
 
 
+# Changes between calls that change what the step's Python computes but no
+# tensor the step binds: each replays like traced steps, never on the old
+# capture. Found from outside: a frozen layer kept training under replay.
+_BETWEEN_CALLS: dict[str, Callable[[int, Any], None]] = {
+    "a layer frozen, then unfrozen": lambda i, objects: (
+        [p.requires_grad_(i < 6 or i >= 12) for p in objects[0][0].parameters()]
+        if i in (6, 12)
+        else None
+    ),
+    "a forward hook added, then removed": lambda i, objects: (
+        _HOOKS.append(objects[0][0].register_forward_hook(lambda m, a, out: out * 0.5))
+        if i == 6
+        else _HOOKS.pop().remove()
+        if i == 12
+        else None
+    ),
+    "a gradient hook added": lambda i, objects: (
+        objects[0][3].weight.register_hook(lambda g: g.clamp(-1e-3, 1e-3)) if i == 6 else None
+    ),
+    "a global forward pre-hook added, then removed": lambda i, objects: (
+        _HOOKS.append(
+            torch.nn.modules.module.register_module_forward_pre_hook(
+                lambda m, a: (a[0] * 2,) if isinstance(m, torch.nn.Linear) else None
+            )
+        )
+        if i == 6
+        else _HOOKS.pop().remove()
+        if i == 12
+        else None
+    ),
+}
+_HOOKS: list[Any] = []
+
+
+@pytest.mark.parametrize("change", list(_BETWEEN_CALLS))
+def test_a_change_between_calls_replays_like_traced_steps(change: str):
+    fn = assert_replays_like_traced(
+        mlp, make_batches(STEPS, (6, 8), (6, 4)), between=_BETWEEN_CALLS[change], min_replays=8
+    )
+    assert fn.traced_calls >= 5, "the change was replayed on the old capture"
+
+
 def _step_lr_every_call(step_size: int) -> Callable[[int, Any], None]:
     schedulers: dict[int, Any] = {}
 
