@@ -5,6 +5,9 @@
 #include <ATen/FunctionalTensorWrapper.h>
 #include <torch/csrc/lazy/core/tensor.h>
 
+#include <optional>
+#include <unordered_map>
+
 namespace lazyfuse {
 namespace {
 
@@ -25,6 +28,37 @@ bool ArgumentMatches(const RecordedArgument& recorded, const at::Tensor& argumen
   }
   return argument.device() == recorded.device &&
          argument.strides() == c10::IntArrayRef(recorded.strides);
+}
+
+bool ArgumentsBindAsRecorded(const StepRecord& record, const std::vector<at::Tensor>& arguments) {
+  std::unordered_map<const torch::lazy::BackendData*, size_t> first;
+  for (size_t k = 0; k < arguments.size(); ++k) {
+    if (record.arguments[k].pinned && arguments[k].unsafeGetTensorImpl() !=
+                                          record.arguments[k].captured_as._unsafe_get_target()) {
+      return false;
+    }
+    torch::lazy::LazyTensorPtr lazy = torch::lazy::TryGetLtcTensor(arguments[k]);
+    torch::lazy::BackendDataPtr data = lazy ? lazy->CurrentDataHandle() : nullptr;
+    if (lazy != nullptr && data == nullptr && lazy->CurrentIrValue()) {
+      return true;
+    }
+    std::optional<size_t> same_data_as;
+    if (data != nullptr) {
+      if (auto [earlier, fresh] = first.emplace(data.get(), k); !fresh) {
+        same_data_as = earlier->second;
+      }
+    }
+    if (same_data_as != record.arguments[k].same_data_as) {
+      return false;
+    }
+    if (const at::Tensor other(record.arguments[k].shared_with.lock()); other.defined()) {
+      torch::lazy::LazyTensorPtr other_lazy = torch::lazy::TryGetLtcTensor(other);
+      if (other_lazy == nullptr || other_lazy->CurrentDataHandle() != data) {
+        return false;
+      }
+    }
+  }
+  return true;
 }
 
 std::string RequiresGradChanged(const StepRecord& record) {

@@ -16,6 +16,13 @@ namespace lazyfuse {
 
 bool ArgumentMatches(const RecordedArgument& recorded, const at::Tensor& argument);
 
+// Whether the arguments bind as the capture's did: pinned ones are the
+// tensors captured, and lazy ones share data as they did (tensors passed
+// twice then and distinct now would all read the first one's data, as would
+// a live tensor that held an argument's data then and no longer does). True
+// while an argument has pending IR (the caller syncs, then asks again).
+bool ArgumentsBindAsRecorded(const StepRecord& record, const std::vector<at::Tensor>& arguments);
+
 // The data a lazy tensor (or its storage base) holds now: null with
 // `pending` set when it still has IR, which a replay cannot read.
 torch::lazy::BackendDataPtr DataOf(const at::Tensor& tensor, bool* pending, bool via_base = false);

@@ -222,6 +222,10 @@ bool StaticStep::Bind(const std::vector<at::Tensor>& arguments, std::string* why
       return false;
     }
   }
+  if (!ArgumentsBindAsRecorded(*record_, arguments)) {
+    *why = "the tensor arguments are bound unlike the captured calls'";
+    return false;
+  }
   if (std::string changed = RequiresGradChanged(*record_); !changed.empty()) {
     *why = std::move(changed);
     return false;

@@ -127,6 +127,17 @@ RecordedInput ClassifyInput(const Capture& capture, const torch::lazy::BackendDa
   return input;
 }
 
+// A live tensor that is not an argument but holds an argument's data.
+void NoteSharedWithArgument(const at::Tensor& tensor) {
+  torch::lazy::LazyTensorPtr lazy = torch::lazy::TryGetLtcTensor(tensor);
+  torch::lazy::BackendDataPtr data = lazy ? lazy->CurrentDataHandle() : nullptr;
+  auto argument = data ? t_capture.argument_data.find(data.get()) : t_capture.argument_data.end();
+  if (argument != t_capture.argument_data.end() &&
+      t_capture.argument_impls.count(tensor.unsafeGetTensorImpl()) == 0) {
+    t_capture.arguments[argument->second].shared_with = WeakTensor(tensor.getIntrusivePtr());
+  }
+}
+
 // Maps each gradient among `live` to its parameter.
 void NoteGradOwners(const std::vector<at::Tensor>& live,
                     std::unordered_map<const c10::TensorImpl*, WeakTensor>* owners) {
@@ -273,12 +284,15 @@ void BeginCapture(const std::vector<at::Tensor>& arguments, const std::vector<at
     meta.sizes = argument.sizes().vec();
     meta.device = argument.device();
     meta.requires_grad = argument.requires_grad();
+    meta.captured_as = WeakTensor(argument.getIntrusivePtr());
     t_capture.argument_impls.emplace(argument.unsafeGetTensorImpl(), k);
     if (torch::lazy::LazyTensorPtr lazy = torch::lazy::TryGetLtcTensor(argument)) {
       meta.lazy = true;
       if (torch::lazy::BackendDataPtr data = lazy->CurrentDataHandle()) {
         Hold(data);
-        t_capture.argument_data.emplace(data.get(), k);
+        if (auto [first, fresh] = t_capture.argument_data.emplace(data.get(), k); !fresh) {
+          meta.same_data_as = first->second;
+        }
       }
     } else {
       meta.strides = argument.strides().vec();
@@ -289,6 +303,7 @@ void BeginCapture(const std::vector<at::Tensor>& arguments, const std::vector<at
   NoteGradOwners(live, &t_capture.grad_owner);
   for (const at::Tensor& tensor : live) {
     t_capture.live_before.insert(tensor.unsafeGetTensorImpl());
+    NoteSharedWithArgument(tensor);
     // A view is read through its base: binding the view itself would read a
     // value functionalization may be about to regenerate.
     torch::lazy::LazyTensorPtr lazy = torch::lazy::TryGetLtcTensor(tensor);
@@ -412,6 +427,14 @@ std::shared_ptr<StepRecord> EndCapture(const std::vector<at::Tensor>& live,
            std::make_tuple(b.result, b.made_in_call, b.target._unsafe_get_target());
   });
   return record;
+}
+
+void PinRepeatedArguments(const StepRecord& previous, StepRecord& next) {
+  for (size_t k = 0; k < next.arguments.size() && k < previous.arguments.size(); ++k) {
+    RecordedArgument& argument = next.arguments[k];
+    argument.pinned = argument.captured_as._unsafe_get_target() ==
+                      previous.arguments[k].captured_as._unsafe_get_target();
+  }
 }
 
 std::string Disagreement(const StepRecord& previous, const StepRecord& next) {

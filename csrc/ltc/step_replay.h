@@ -112,6 +112,18 @@ struct RecordedArgument {
   std::vector<int64_t> strides;
   c10::Device device = c10::Device(c10::kCPU);
   bool requires_grad = false;
+  // The earlier argument whose data this one's was (the same tensor passed
+  // twice): the graph reads that datum once, for both.
+  std::optional<size_t> same_data_as;
+  // Another live tensor that held this argument's data (a parameter passed
+  // as its detach()): the step may read it directly, and the graph reads the
+  // datum once, as the argument.
+  WeakTensor shared_with = NoTensor();
+  // The tensor passed. Pinned when both captures that agreed were passed that
+  // same tensor: the step may read it another way too (a closure), so only
+  // that tensor replays in this position (PinRepeatedArguments).
+  WeakTensor captured_as = NoTensor();
+  bool pinned = false;
 };
 
 struct StepRecord {
@@ -161,6 +173,10 @@ void AbortCapture();
 // Why `next` differs from `previous` (so neither can stand for the other),
 // naming the op and the user's line of a frozen value; empty when they agree.
 std::string Disagreement(const StepRecord& previous, const StepRecord& next);
+
+// Pins `next`'s arguments that `previous` was passed as the same tensor: a
+// position whose tensor varied between the captures is bound by position.
+void PinRepeatedArguments(const StepRecord& previous, StepRecord& next);
 
 enum class ReplayStatus { kDone, kInputPending, kGuardFailed };
 struct ReplayOutcome {

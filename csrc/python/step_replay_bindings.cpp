@@ -83,6 +83,8 @@ void BindStepReplay(py::module& m) {
   m.def("_record_disagreement", [](const StepRecord& previous, const StepRecord& next) {
     return Disagreement(previous, next);
   });
+  m.def("_pin_repeated_arguments",
+        [](const StepRecord& previous, StepRecord& next) { PinRepeatedArguments(previous, next); });
   py::class_<StaticStep, std::shared_ptr<StaticStep>>(m, "_StaticStep")
       .def("bind",
            [](StaticStep& step, const std::vector<at::Tensor>& arguments) {

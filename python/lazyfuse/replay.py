@@ -445,6 +445,7 @@ class ReplayedStep:
         if self._graph is not None:
             self._drop_graph("the step was captured again")
         if not why:
+            _C._pin_repeated_arguments(previous, record)
             self._record, self._candidate = record, None
             self._guards, self._optimizers = guards, optimizers
             self._hyper = _hyperparameters(optimizers)
