@@ -121,6 +121,23 @@ def graphs_executed() -> int:
     return lazyfuse.metrics.counter_value(lazyfuse.metrics.GRAPHS_EXECUTED)
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # A lazy tensor made when a test module is imported joins the first graph
+    # of whichever test runs first, and its data outlive every test: what a
+    # test sees would depend on which modules were collected with it.
+    import gc
+
+    made = [
+        tuple(o.shape)
+        for o in gc.get_objects()
+        if isinstance(o, torch.Tensor) and o.device.type == "lazy"
+    ]
+    if made:
+        raise pytest.UsageError(
+            f"test modules made lazy tensors at import (shapes {made}); make them in the test"
+        )
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     import sys
 

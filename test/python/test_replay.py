@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -276,42 +277,41 @@ def test_load_state_dict_is_seen_by_the_next_call(assign: bool):
     assert fn.replayed_calls == 2
 
 
-_WEIGHT = torch.ones(3, device=DEV)
+def _step_reading_a_closure(weight: torch.Tensor) -> Callable[..., torch.Tensor]:
+    def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return x * 2 + y + weight
+
+    return step
 
 
-def _step_reading_a_closure(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    return x * 2 + y + _WEIGHT
-
-
-# (what the captured calls were passed, what a later call is passed): the
-# graph read one datum for two uses when captured, so a later call whose
-# uses differ must trace. Found from outside: these replays read the wrong
-# tensor.
+# (what the captured calls were passed, given the closure's tensor; what a
+# later call is passed): the graph read one datum for two uses when
+# captured, so a later call whose uses differ must trace. Found from
+# outside: these replays read the wrong tensor.
 _BINDINGS = {
-    "one tensor for two arguments": (lambda: (_WEIGHT, _WEIGHT), lambda a, b: (a, b)),
-    "an argument read through a closure too": (lambda: (_WEIGHT, _WEIGHT * 0), lambda a, b: (a, b)),
-    "an argument sharing a closure's data": (
-        lambda: (_WEIGHT.detach(), _WEIGHT * 0),
-        lambda a, b: (a, b),
-    ),
-    "two tensors, then one for both": (lambda: (_WEIGHT * 3, _WEIGHT * 4), lambda a, b: (a, a)),
+    "one tensor for two arguments": (lambda w: (w, w), lambda a, b: (a, b)),
+    "an argument read through a closure too": (lambda w: (w, w * 0), lambda a, b: (a, b)),
+    "an argument sharing a closure's data": (lambda w: (w.detach(), w * 0), lambda a, b: (a, b)),
+    "two tensors, then one for both": (lambda w: (w * 3, w * 4), lambda a, b: (a, a)),
 }
 
 
 @pytest.mark.parametrize("binding", list(_BINDINGS))
 def test_arguments_that_shared_data_when_captured_replay_only_if_they_still_do(binding: str):
     captured, later = _BINDINGS[binding]
-    fn = lazyfuse.compile(_step_reading_a_closure, replay=True)
-    first = captured()
+    weight = torch.ones(3, device=DEV)
+    step = _step_reading_a_closure(weight)
+    fn = lazyfuse.compile(step, replay=True)
+    first = captured(weight)
     for _ in range(3):
         fn(*first)
     assert fn.replayed_calls == 1, fn.last_reason
     args = later(torch.full((3,), 10.0, device=DEV), torch.full((3,), 100.0, device=DEV))
     got = fn(*args).cpu()
-    torch.testing.assert_close(got, _step_reading_a_closure(*args).cpu(), rtol=0, atol=0)
+    torch.testing.assert_close(got, step(*args).cpu(), rtol=0, atol=0)
     # Arguments that vary from call to call still replay.
-    fn = lazyfuse.compile(_step_reading_a_closure, replay=True)
+    fn = lazyfuse.compile(step, replay=True)
     calls = [tuple(torch.randn(3, device=DEV) for _ in range(2)) for _ in range(5)]
     for call in calls:
-        torch.testing.assert_close(fn(*call).cpu(), _step_reading_a_closure(*call).cpu())
+        torch.testing.assert_close(fn(*call).cpu(), step(*call).cpu())
     assert fn.replayed_calls == 3
