@@ -44,7 +44,12 @@ class PendingRun {
       : run_(std::move(run)),
         program_(run_->program),
         on_stream_(on_stream),
-        holders_(program_->results.size()) {}
+        holders_(program_->results.size()),
+        derived_from_(program_->results.size(), false) {
+    for (const DerivedResult& entry : program_->derived_results) {
+      derived_from_[entry.from] = true;
+    }
+  }
 
   std::vector<torch::lazy::BackendDataPtr> Results(std::shared_ptr<PendingRun> self,
                                                    const torch::lazy::BackendDevice& device) {
@@ -122,15 +127,16 @@ class PendingRun {
     return holder;
   }
 
+  // The holder shared by a result and those derived from it went: nothing
+  // reads the result again.
   void ReleaseUnheld(size_t index) {
     std::lock_guard<std::mutex> lock(outputs_mutex_);
     DropOutputLocked(index);
   }
 
-  // Under outputs_mutex_. A result others are derived from stays: they read
-  // it again.
+  // Under outputs_mutex_.
   void DropOutputLocked(size_t index) {
-    if (index < outputs_.size() && !IsDerivedFrom(index)) {
+    if (index < outputs_.size()) {
       outputs_[index].reset();
     }
   }
@@ -162,16 +168,12 @@ class PendingRun {
     }
     std::lock_guard<std::mutex> outputs_lock(outputs_mutex_);
     at::Tensor value = outputs_.at(index);
-    if (!keep) {
-      DropOutputLocked(index);  // the datum read owns it now, so the next graph may donate it
+    // The datum read owns it now, so the next graph may donate it; a result
+    // others are derived from stays until the last of them is read.
+    if (!keep && !derived_from_[index]) {
+      DropOutputLocked(index);
     }
     return value;
-  }
-
-  bool IsDerivedFrom(size_t index) const {
-    return std::any_of(program_->derived_results.begin(),
-                       program_->derived_results.end(),
-                       [index](const DerivedResult& entry) { return entry.from == index; });
   }
 
   // Runs the steps left: with `all`, as mark_step would have; otherwise only
@@ -191,6 +193,9 @@ class PendingRun {
     } else {
       TORCH_LAZY_COUNTER("LazyFuseGraphsFinishedLater", 1);
     }
+    // A result may stay unread for as long as its tensor lives; the graph's
+    // kernels and constants need not.
+    program_.reset();
     std::lock_guard<std::mutex> lock(outputs_mutex_);
     outputs_ = std::move(outputs);
     // A result no tensor holds any more goes now, as it would in mark_step.
@@ -206,6 +211,7 @@ class PendingRun {
   std::shared_ptr<const Program> program_;
   const bool on_stream_;
   std::vector<std::weak_ptr<void>> holders_;
+  std::vector<bool> derived_from_;  // by result: whether a derived result reads it again
   // Never held while waiting, or while data are made or dropped: a holder
   // may go on any thread, while another holds mutex_.
   std::mutex outputs_mutex_;

@@ -550,3 +550,17 @@ def test_kernel_modules_are_shared_and_unloaded_with_their_graphs() -> None:
         graph().cpu()
     assert len(lazyfuse.debug.last_kernels()) == 1
     assert lazyfuse.debug.loaded_kernel_modules() == 1
+
+
+@pytest.mark.parametrize("asynchronous", [True, False], ids=["cpu_stream", "synchronous"])
+def test_a_result_never_read_does_not_keep_its_graphs_kernels_loaded(asynchronous: bool) -> None:
+    lazy = lazyfuse.lazy_device()
+    x = torch.randn(300).to(lazy)
+    lazyfuse.mark_step()
+    with lazyfuse.config.async_execution_as(asynchronous):
+        kept = torch.cos(x) * 3.5  # a graph of its own, its result left unread
+        lazyfuse.mark_step()
+        lazyfuse.debug.clear_graph_cache()
+        (x + 1).cpu()  # the last graph's kernels stay, as debug.last_kernels() shows them
+        assert lazyfuse.debug.loaded_kernel_modules() == 1
+    torch.testing.assert_close(kept.cpu(), torch.cos(x.cpu()) * 3.5)
