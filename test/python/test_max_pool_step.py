@@ -102,6 +102,24 @@ def test_other_inputs_are_atens_call(case: str) -> None:
     assert torch.equal(got.cpu().nan_to_num(), expected.nan_to_num())
 
 
+def test_a_graph_on_the_cpu_stream_runs_under_the_settings_it_was_compiled_with() -> None:
+    # Found as a flaky count in the test above: the step decides on its own
+    # loop as it runs, on the stream's thread, and the settings had already
+    # been put back when the graph got there.
+    torch.manual_seed(0)
+    x, weight = torch.randn(4, 8, 96, 96), torch.randn(16, 8, 5, 5)
+    expected = F.max_pool2d(F.conv2d(x, weight), 2)
+    before = lazyfuse.metrics.counter_value(OWN)
+    lazy = lazyfuse.lazy_device()
+    with lazyfuse.config.async_execution_as(True):
+        with lazyfuse.config.kernel_settings_as(cpu_kernels=False, emulate_cuda=False):
+            # The convolution keeps the graph running after mark_step returns.
+            got = F.max_pool2d(F.conv2d(x.to(lazy), weight.to(lazy)), 2)
+            lazyfuse.mark_step()
+        assert lazyfuse.metrics.counter_value(OWN) == before
+    torch.testing.assert_close(got.cpu(), expected)
+
+
 def test_a_bad_window_raises_eagers_error() -> None:
     x = torch.randn(1, 1, 4, 4, device=lazyfuse.lazy_device())
     with pytest.raises(RuntimeError, match="pad should be at most half"):
