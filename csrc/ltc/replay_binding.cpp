@@ -30,6 +30,8 @@ bool ArgumentMatches(const RecordedArgument& recorded, const at::Tensor& argumen
          argument.strides() == c10::IntArrayRef(recorded.strides);
 }
 
+namespace {
+
 bool ArgumentsBindAsRecorded(const StepRecord& record, const std::vector<at::Tensor>& arguments) {
   std::unordered_map<const torch::lazy::BackendData*, size_t> first;
   for (size_t k = 0; k < arguments.size(); ++k) {
@@ -61,15 +63,12 @@ bool ArgumentsBindAsRecorded(const StepRecord& record, const std::vector<at::Ten
   return true;
 }
 
-std::string RequiresGradChanged(const StepRecord& record) {
-  const std::string why =
-      "a tensor the step reads or writes changed requires_grad (a layer frozen or unfrozen), "
-      "which changes what the step's backward and optimizer do";
+bool RequiresGradChanged(const StepRecord& record) {
   for (const RecordedInput& input : record.inputs) {
     if (input.source == InputSource::kLive) {
       const at::Tensor tensor = BoundTensor(input);
       if (tensor.defined() && tensor.requires_grad() != input.requires_grad) {
-        return why;
+        return true;
       }
     }
   }
@@ -77,8 +76,23 @@ std::string RequiresGradChanged(const StepRecord& record) {
     const at::Tensor target(write.target.lock());
     if (!IsSet(write.grad_of) && target.defined() &&
         target.requires_grad() != write.requires_grad) {
-      return why;
+      return true;
     }
+  }
+  return false;
+}
+
+}  // namespace
+
+std::string BindingChanged(const StepRecord& record, const std::vector<at::Tensor>& arguments) {
+  if (!ArgumentsBindAsRecorded(record, arguments)) {
+    return "the tensor arguments are bound unlike the captured calls' (another tensor where both "
+           "captures were passed the same one, or one tensor passed for two arguments, or two "
+           "for one)";
+  }
+  if (RequiresGradChanged(record)) {
+    return "a tensor the step reads or writes changed requires_grad (a layer frozen or "
+           "unfrozen), which changes what the step's backward and optimizer do";
   }
   return "";
 }

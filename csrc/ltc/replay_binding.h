@@ -16,13 +16,6 @@ namespace lazyfuse {
 
 bool ArgumentMatches(const RecordedArgument& recorded, const at::Tensor& argument);
 
-// Whether the arguments bind as the capture's did: pinned ones are the
-// tensors captured, and lazy ones share data as they did (tensors passed
-// twice then and distinct now would all read the first one's data, as would
-// a live tensor that held an argument's data then and no longer does). True
-// while an argument has pending IR (the caller syncs, then asks again).
-bool ArgumentsBindAsRecorded(const StepRecord& record, const std::vector<at::Tensor>& arguments);
-
 // The data a lazy tensor (or its storage base) holds now: null with
 // `pending` set when it still has IR, which a replay cannot read.
 torch::lazy::BackendDataPtr DataOf(const at::Tensor& tensor, bool* pending, bool via_base = false);
@@ -36,10 +29,16 @@ at::Tensor BoundTensor(const RecordedInput& input);
 // The current gradient of `parameter`, if both are alive.
 at::Tensor GradOf(const WeakTensor& parameter);
 
-// Why a tensor the record reads or writes no longer asks for gradients as it
-// did at capture (a layer frozen or unfrozen), or empty: the traced call's
-// backward and optimizer step depend on it, and a replay would not.
-std::string RequiresGradChanged(const StepRecord& record);
+// Why a replay, or a graph launch, of `record` with `arguments` would not do
+// what a traced call does, or empty. Either the arguments bind unlike the
+// capture's: pinned ones are not the tensors captured, or lazy ones share
+// data unlike then (tensors passed twice then and distinct now would all
+// read the first one's data, as would a live tensor that held an argument's
+// data then and no longer does). Or a tensor the record reads or writes
+// asks for gradients unlike at capture (a layer frozen or unfrozen), which
+// the traced call's backward and optimizer step depend on. Empty while an
+// argument has pending IR (the caller syncs, then asks again).
+std::string BindingChanged(const StepRecord& record, const std::vector<at::Tensor>& arguments);
 
 // Gives `target` (and its storage base) the step's new value in place, as a
 // sync gives a tensor its computed data: no IR, no functionalization update,

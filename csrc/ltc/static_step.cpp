@@ -222,11 +222,7 @@ bool StaticStep::Bind(const std::vector<at::Tensor>& arguments, std::string* why
       return false;
     }
   }
-  if (!ArgumentsBindAsRecorded(*record_, arguments)) {
-    *why = "the tensor arguments are bound unlike the captured calls'";
-    return false;
-  }
-  if (std::string changed = RequiresGradChanged(*record_); !changed.empty()) {
+  if (std::string changed = BindingChanged(*record_, arguments); !changed.empty()) {
     *why = std::move(changed);
     return false;
   }

@@ -64,13 +64,7 @@ ReplayOutcome Replay(const StepRecord& record, const std::vector<at::Tensor>& ar
                     "tensor argument " + std::to_string(k) + " changed its metadata");
     }
   }
-  if (!ArgumentsBindAsRecorded(record, arguments)) {
-    return Refuse(ReplayStatus::kGuardFailed,
-                  "the tensor arguments are bound unlike the captured calls' (another tensor "
-                  "where both captures were passed the same one, or one tensor passed for two "
-                  "arguments, or two for one)");
-  }
-  if (std::string why = RequiresGradChanged(record); !why.empty()) {
+  if (std::string why = BindingChanged(record, arguments); !why.empty()) {
     return Refuse(ReplayStatus::kGuardFailed, std::move(why));
   }
   const auto& backend = torch::lazy::getBackend();
