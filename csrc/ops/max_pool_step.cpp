@@ -86,9 +86,56 @@ inline Taps TapsInside(int64_t start, int64_t taps, int64_t dilation, int64_t si
   return {first, std::min(start + (taps - 1) * dilation + 1, size)};
 }
 
+// An AVX2 copy beside the baseline one, picked when the library loads: the
+// build targets every x86-64, and the passes gain most from wide vectors.
+// GCC only (clang does not clone templates).
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define LAZYFUSE_AVX2_CLONE __attribute__((target_clones("avx2", "default")))
+#else
+#define LAZYFUSE_AVX2_CLONE
+#endif
+
+// `n` outputs of one output row whose windows lie inside the plane; `first`
+// is the first one's top left tap, element `first_at` of the plane. One pass
+// over the outputs per tap, so the compiler vectorizes each pass: selects
+// instead of branches, the outputs themselves the running maxima. The first
+// tap's pass starts them, which is ATen's start (-inf, the first tap) after
+// its first tap. Taps go row by row, so ties and NaN resolve as ATen's loop
+// does.
+template <typename T, int KH, int KW, int SW>
+LAZYFUSE_AVX2_CLONE void InsideRun(const T* __restrict first,
+                                   T* __restrict out,
+                                   int64_t* __restrict index,
+                                   int64_t first_at,
+                                   int64_t n,
+                                   int64_t iw,
+                                   const Window& w) {
+  const int64_t kh = KH > 0 ? KH : w.kh;
+  const int64_t kw = KW > 0 ? KW : w.kw;
+  const int64_t sw = SW > 0 ? SW : w.sw;
+  for (int64_t k = 0; k < n; ++k) {
+    out[k] = first[k * sw];
+    index[k] = first_at + k * sw;
+  }
+  for (int64_t i = 0; i < kh; ++i) {
+    for (int64_t j = i == 0 ? 1 : 0; j < kw; ++j) {
+      const int64_t tap = i * w.dh * iw + j * w.dw;
+      const T* taps = first + tap;
+      const int64_t at = first_at + tap;
+      for (int64_t k = 0; k < n; ++k) {
+        const T v = taps[k * sw];
+        const bool take = (v > out[k]) | (v != v);
+        out[k] = take ? v : out[k];
+        index[k] = take ? at + k * sw : index[k];
+      }
+    }
+  }
+}
+
 // One plane. KH, KW: the window's size where known when compiled (0: `w`'s),
-// so a window inside the plane is a fixed, unrolled loop.
-template <typename T, int KH, int KW>
+// so a window inside the plane is a fixed, unrolled loop; SW likewise its
+// column stride.
+template <typename T, int KH, int KW, int SW>
 void PoolPlane(const T* in,
                T* out,
                int64_t* index,
@@ -99,25 +146,30 @@ void PoolPlane(const T* in,
                const Window& w) {
   const int64_t kh = KH > 0 ? KH : w.kh;
   const int64_t kw = KW > 0 ? KW : w.kw;
+  // The columns whose windows lie inside the plane: [inside_from, inside_to).
+  const int64_t inside_from = std::min(ow, (w.pw + w.sw - 1) / w.sw);
+  const int64_t last_left = iw - 1 + w.pw - (kw - 1) * w.dw;  // of an inside window, plus pw
+  const int64_t inside_to =
+      std::max(inside_from, last_left < 0 ? int64_t{0} : std::min(ow, last_left / w.sw + 1));
   for (int64_t y = 0; y < oh; ++y) {
     const int64_t top = y * w.sh - w.ph;
     const Taps rows = TapsInside(top, kh, w.dh, ih);
+    const bool rows_inside = top >= 0 && top + (kh - 1) * w.dh < ih;
     for (int64_t x = 0; x < ow; ++x) {
+      if (rows_inside && x == inside_from && inside_to > inside_from) {
+        const int64_t first_at = top * iw + x * w.sw - w.pw;
+        InsideRun<T, KH, KW, SW>(
+            in + first_at, out + y * ow + x, index + y * ow + x, first_at, inside_to - x, iw, w);
+        x = inside_to - 1;
+        continue;
+      }
       const int64_t left = x * w.sw - w.pw;
       const Taps cols = TapsInside(left, kw, w.dw, iw);
       T best = -std::numeric_limits<T>::infinity();
       int64_t where = rows.first * iw + cols.first;
-      if (top >= 0 && left >= 0 && top + (kh - 1) * w.dh < ih && left + (kw - 1) * w.dw < iw) {
-        for (int64_t i = 0; i < kh; ++i) {
-          for (int64_t j = 0; j < kw; ++j) {
-            Take(in, (top + i * w.dh) * iw + left + j * w.dw, best, where);
-          }
-        }
-      } else {
-        for (int64_t r = rows.first; r < rows.end; r += w.dh) {
-          for (int64_t c = cols.first; c < cols.end; c += w.dw) {
-            Take(in, r * iw + c, best, where);
-          }
+      for (int64_t r = rows.first; r < rows.end; r += w.dh) {
+        for (int64_t c = cols.first; c < cols.end; c += w.dw) {
+          Take(in, r * iw + c, best, where);
         }
       }
       out[y * ow + x] = best;
@@ -131,13 +183,16 @@ using PlaneFn = void (*)(const T*, T*, int64_t*, int64_t, int64_t, int64_t, int6
 
 template <typename T>
 PlaneFn<T> PlaneFor(const Window& w) {
-  if (w.kh == 2 && w.kw == 2) {
-    return &PoolPlane<T, 2, 2>;
+  if (w.kh == 2 && w.kw == 2 && w.sw == 2) {
+    return &PoolPlane<T, 2, 2, 2>;
   }
-  if (w.kh == 3 && w.kw == 3) {
-    return &PoolPlane<T, 3, 3>;
+  if (w.kh == 3 && w.kw == 3 && w.sw == 2) {
+    return &PoolPlane<T, 3, 3, 2>;
   }
-  return &PoolPlane<T, 0, 0>;
+  if (w.kh == 3 && w.kw == 3 && w.sw == 1) {
+    return &PoolPlane<T, 3, 3, 1>;
+  }
+  return &PoolPlane<T, 0, 0, 0>;
 }
 
 // Outputs a thread takes at least: below that, threads cost more than the loop.

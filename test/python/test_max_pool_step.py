@@ -51,7 +51,10 @@ WINDOWS: dict[str, dict[str, Any]] = {
 
 
 @pytest.mark.parametrize("window", sorted(WINDOWS))
-@pytest.mark.parametrize("shape", [(3, 4, 13, 11), (5, 9, 8)], ids=["4d", "3d"])
+# "wide": rows of more outputs than the loop takes at a time (64), and edges.
+@pytest.mark.parametrize(
+    "shape", [(3, 4, 13, 11), (5, 9, 8), (2, 3, 7, 203)], ids=["4d", "3d", "wide"]
+)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float", "double"])
 def test_values_and_indices_are_eagers(
     window: str, shape: tuple[int, ...], dtype: torch.dtype
