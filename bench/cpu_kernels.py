@@ -56,6 +56,7 @@ def time_engines(fn: Workload, x: torch.Tensor) -> dict[str, float]:
             "lazyfuse, ATen steps": lambda: lazyfuse.config.kernel_settings_as(cpu_kernels=False),
             "lazyfuse, no output cache": lambda: lazyfuse.config.cpu_cache_mb_as(0),
         },
+        wait=True,
     )
 
 

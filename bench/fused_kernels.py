@@ -96,6 +96,7 @@ def time_engines(
     lazy_variants: dict[str, Callable[[], AbstractContextManager[object]]] | None = None,
     *,
     generic: bool = False,
+    wait: bool = False,
 ) -> dict[str, float]:
     """Seconds per call of eager, torch.compile and lazyfuse, each timed by
     `timer`; then lazyfuse again inside each variant's context (other kernel
@@ -103,7 +104,10 @@ def time_engines(
     lazyfuse runs specialized kernels (sizes as constants), as a program of
     one shape gets; a sweep of sizes would otherwise time shape-generic ones
     from its second size on. With `generic`, lazyfuse again on shape-generic
-    kernels (sizes as arguments, LAZYFUSE_DYNAMIC=1)."""
+    kernels (sizes as arguments, LAZYFUSE_DYNAMIC=1). With `wait`, each call
+    of lazyfuse waits for its graph's run: a host `timer` needs it on the CPU
+    backing device, whose mark_step returns before the graph has run
+    (asynchronous execution), so a call would time its trace alone."""
     import lazyfuse
 
     x_lazy = x.to(lazyfuse.lazy_device())
@@ -116,7 +120,7 @@ def time_engines(
         # mark_step computes live tensors only: a discarded result would time
         # the tracing alone (the first GPU run reported 543% of copy speed).
         outputs[:] = [fn(x_lazy)]
-        lazyfuse.mark_step()
+        lazyfuse.mark_step(wait=wait)
 
     times = {"eager": timer(lambda: fn(x)), "torch.compile": timer(lambda: compiled(x))}
     with lazyfuse.config.dynamic_kernels_as("0"):

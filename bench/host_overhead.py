@@ -126,7 +126,10 @@ def host_overhead(kernels: int, rounds: int, emulated: bool) -> dict[str, float]
     """A graph of `kernels` independent small pointwise kernels, run cached
     `rounds` times: host µs per mark_step and per launch. Emulated kernel
     bodies run on the host and are taken out; a CUDA launch is asynchronous,
-    and its driver call is host work, so it stays in."""
+    and its driver call is host work, so it stays in. Each mark_step waits
+    for its graph's run: on the CPU backing device it would otherwise return
+    before its launches (asynchronous execution), and the previous round's
+    kernel bodies would be taken out of this one's time."""
     import lazyfuse
     from lazyfuse.metrics import counter_value
 
@@ -139,7 +142,7 @@ def host_overhead(kernels: int, rounds: int, emulated: bool) -> dict[str, float]
         launch_ns = _accumulated_ns("LazyFuseKernelLaunch")
         body_ns = _accumulated_ns("LazyFuseTargetLaunch")
         start = time.perf_counter_ns()
-        lazyfuse.mark_step()
+        lazyfuse.mark_step(wait=True)
         wall_ns = time.perf_counter_ns() - start
         body = _accumulated_ns("LazyFuseTargetLaunch") - body_ns if emulated else 0.0
         launched = counter_value("LazyFuseKernelLaunches") - launches
