@@ -95,6 +95,12 @@ inline Taps TapsInside(int64_t start, int64_t taps, int64_t dilation, int64_t si
 #define LAZYFUSE_AVX2_CLONE
 #endif
 
+// A window's extent or stride: `Known` where fixed when compiled, else `runtime`.
+template <int Known>
+constexpr int64_t Fixed(int64_t runtime) {
+  return Known > 0 ? Known : runtime;
+}
+
 // `n` outputs of one output row whose windows lie inside the plane; `first`
 // is the first one's top left tap, element `first_at` of the plane. One pass
 // over the outputs per tap, so the compiler vectorizes each pass: selects
@@ -110,9 +116,9 @@ LAZYFUSE_AVX2_CLONE void InsideRun(const T* __restrict first,
                                    int64_t n,
                                    int64_t iw,
                                    const Window& w) {
-  const int64_t kh = KH > 0 ? KH : w.kh;
-  const int64_t kw = KW > 0 ? KW : w.kw;
-  const int64_t sw = SW > 0 ? SW : w.sw;
+  const int64_t kh = Fixed<KH>(w.kh);
+  const int64_t kw = Fixed<KW>(w.kw);
+  const int64_t sw = Fixed<SW>(w.sw);
   for (int64_t k = 0; k < n; ++k) {
     out[k] = first[k * sw];
     index[k] = first_at + k * sw;
@@ -144,8 +150,8 @@ void PoolPlane(const T* in,
                int64_t oh,
                int64_t ow,
                const Window& w) {
-  const int64_t kh = KH > 0 ? KH : w.kh;
-  const int64_t kw = KW > 0 ? KW : w.kw;
+  const int64_t kh = Fixed<KH>(w.kh);
+  const int64_t kw = Fixed<KW>(w.kw);
   // The columns whose windows lie inside the plane: [inside_from, inside_to).
   const int64_t inside_from = std::min(ow, (w.pw + w.sw - 1) / w.sw);
   const int64_t last_left = iw - 1 + w.pw - (kw - 1) * w.dw;  // of an inside window, plus pw
