@@ -160,17 +160,9 @@ void PoolPlane(const T* in,
   for (int64_t y = 0; y < oh; ++y) {
     const int64_t top = y * w.sh - w.ph;
     const Taps rows = TapsInside(top, kh, w.dh, ih);
-    const bool rows_inside = top >= 0 && top + (kh - 1) * w.dh < ih;
-    for (int64_t x = 0; x < ow; ++x) {
-      if (rows_inside && x == inside_from && inside_to > inside_from) {
-        const int64_t first_at = top * iw + x * w.sw - w.pw;
-        InsideRun<T, KH, KW, SW>(
-            in + first_at, out + y * ow + x, index + y * ow + x, first_at, inside_to - x, iw, w);
-        x = inside_to - 1;
-        continue;
-      }
-      const int64_t left = x * w.sw - w.pw;
-      const Taps cols = TapsInside(left, kw, w.dw, iw);
+    // A window over an edge, tap by tap.
+    const auto edge = [&](int64_t x) {
+      const Taps cols = TapsInside(x * w.sw - w.pw, kw, w.dw, iw);
       T best = -std::numeric_limits<T>::infinity();
       int64_t where = rows.first * iw + cols.first;
       for (int64_t r = rows.first; r < rows.end; r += w.dh) {
@@ -180,6 +172,28 @@ void PoolPlane(const T* in,
       }
       out[y * ow + x] = best;
       index[y * ow + x] = where;
+    };
+    if (top < 0 || top + (kh - 1) * w.dh >= ih) {
+      for (int64_t x = 0; x < ow; ++x) {
+        edge(x);
+      }
+      continue;
+    }
+    for (int64_t x = 0; x < inside_from; ++x) {
+      edge(x);
+    }
+    if (inside_to > inside_from) {
+      const int64_t first_at = top * iw + inside_from * w.sw - w.pw;
+      InsideRun<T, KH, KW, SW>(in + first_at,
+                               out + y * ow + inside_from,
+                               index + y * ow + inside_from,
+                               first_at,
+                               inside_to - inside_from,
+                               iw,
+                               w);
+    }
+    for (int64_t x = inside_to; x < ow; ++x) {
+      edge(x);
     }
   }
 }

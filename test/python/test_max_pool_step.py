@@ -51,7 +51,7 @@ WINDOWS: dict[str, dict[str, Any]] = {
 
 
 @pytest.mark.parametrize("window", sorted(WINDOWS))
-# "wide": rows of more outputs than the loop takes at a time (64), and edges.
+# "wide": rows of many more outputs than a vector pass takes, between edges.
 @pytest.mark.parametrize(
     "shape", [(3, 4, 13, 11), (5, 9, 8), (2, 3, 7, 203)], ids=["4d", "3d", "wide"]
 )
