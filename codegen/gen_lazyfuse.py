@@ -126,6 +126,13 @@ OWN_STEPS = {
     "as_strided_scatter": "lazyfuse::AsStridedScatterStep",
 }
 
+# Own steps whose loop is lazyfuse's only while fused kernels are on
+# (LAZYFUSE_CPU_KERNELS=0 bisects with ATen's call). The choice is made when
+# the graph is lowered and travels with its step as a last argument: a graph
+# still queued on the CPU stream runs as it was compiled, whatever the
+# settings are by the time it runs.
+OWN_LOOPS_WITH_FUSED_KERNELS = {"max_pool2d_with_indices"}
+
 
 def executed_op(op_name: str, unambiguous: str) -> str:
     """The at::_ops entry a step calls: the view instead of its copy where safe."""
@@ -238,6 +245,10 @@ class GenLazyFuseIR(GenLazyIR):
                 "      }"
             )
         runs = OWN_STEPS.get(op_name, f"at::_ops::{aten_op}::call")
+        run_args = list(call_args)
+        if op_name in OWN_LOOPS_WITH_FUSED_KERNELS:
+            captures.append("const bool lf_own_loop = lazyfuse::FusedKernelsEnabled();")
+            run_args.append("lf_own_loop")
         capture_block = "\n    ".join(captures)
         read_block = "\n      ".join(reads)
         return f"""{signature} {{
@@ -245,7 +256,7 @@ class GenLazyFuseIR(GenLazyIR):
     ctx.EmitStep(this, lazyfuse::StepKind::{step_kind(op_name)},
         [=](lazyfuse::KernelArgs& args) -> std::vector<at::Tensor> {{
       {read_block}
-      return lazyfuse::AsTensorList({runs}({", ".join(call_args)}));
+      return lazyfuse::AsTensorList({runs}({", ".join(run_args)}));
     }}, {{{", ".join(attrs)}}}, "{schema.func.name.overload_name}");
   }}"""
 

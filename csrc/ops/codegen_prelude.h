@@ -10,6 +10,7 @@
 #include <torch/csrc/lazy/core/ir_builder.h>
 #include <torch/csrc/lazy/core/shape_inference.h>
 
+#include "ltc/config.h"
 #include "ltc/eager_fallback.h"
 #include "ltc/ir_reuse.h"
 #include "ltc/node.h"

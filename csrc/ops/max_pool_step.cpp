@@ -12,8 +12,6 @@
 #include <optional>
 #include <utility>
 
-#include "ltc/config.h"
-
 namespace lazyfuse {
 namespace {
 
@@ -244,15 +242,14 @@ std::tuple<at::Tensor, at::Tensor> MaxPool2dWithIndicesStep(const at::Tensor& se
                                                             c10::IntArrayRef stride,
                                                             c10::IntArrayRef padding,
                                                             c10::IntArrayRef dilation,
-                                                            bool ceil_mode) {
+                                                            bool ceil_mode,
+                                                            bool own_loop) {
   const auto kernel = Read(kernel_size);
   const auto step = Read(stride, kernel);
   const auto pad = Read(padding);
   const auto spread = Read(dilation);
-  // Off with the fused kernels (LAZYFUSE_CPU_KERNELS=0, LAZYFUSE_FUSION=0):
-  // every step is then ATen's call, to bisect a wrong result.
   const bool own =
-      self.device().is_cpu() && FusedKernelsEnabled() &&
+      own_loop && self.device().is_cpu() &&
       (self.scalar_type() == at::kFloat || self.scalar_type() == at::kDouble) &&
       (self.dim() == 3 || self.dim() == 4) && self.numel() > 0 && self.is_contiguous() &&
       self.suggest_memory_format() == at::MemoryFormat::Contiguous && kernel && step && pad &&

@@ -7,7 +7,7 @@
 // convolutions. On the CPU, a contiguous float or double input takes a
 // loop without branches, with ATen's values and indices (the first
 // largest element of a window, or its last NaN). Everything else (CUDA,
-// other dtypes, fused kernels turned off) is ATen's call.
+// other dtypes, a graph lowered with fused kernels off) is ATen's call.
 
 #include <ATen/Tensor.h>
 #include <c10/util/ArrayRef.h>
@@ -21,6 +21,7 @@ std::tuple<at::Tensor, at::Tensor> MaxPool2dWithIndicesStep(const at::Tensor& se
                                                             c10::IntArrayRef stride,
                                                             c10::IntArrayRef padding,
                                                             c10::IntArrayRef dilation,
-                                                            bool ceil_mode);
+                                                            bool ceil_mode,
+                                                            bool own_loop);
 
 }  // namespace lazyfuse

@@ -367,9 +367,6 @@ PYBIND11_MODULE(_C, m) {
   m.def(
       "_set_kernel_settings",
       [](bool emulate_cuda, int emulated_block, int emulated_grid, bool strict, bool cpu_kernels) {
-        // A graph on the CPU stream finishes under the settings it was
-        // compiled with: a step may read them as it runs (ops/max_pool_step).
-        SynchronizeCpuStreamWithoutGil();
         SetKernelSettings(
             KernelSettings{emulate_cuda, emulated_block, emulated_grid, strict, cpu_kernels});
       },

@@ -106,9 +106,11 @@ def test_other_inputs_are_atens_call(case: str) -> None:
 
 
 def test_a_graph_on_the_cpu_stream_runs_under_the_settings_it_was_compiled_with() -> None:
-    # Found as a flaky count in the test above: the step decides on its own
-    # loop as it runs, on the stream's thread, and the settings had already
-    # been put back when the graph got there.
+    # Found as a flaky count in the test above: the step decided on its own
+    # loop as it ran, on the stream's thread, and the settings had already
+    # been put back when the graph got there. The choice is now made when the
+    # graph is lowered, and setting the settings no longer waits for the
+    # stream, so a step that read them as it ran would fail here.
     torch.manual_seed(0)
     x, weight = torch.randn(4, 8, 96, 96), torch.randn(16, 8, 5, 5)
     expected = F.max_pool2d(F.conv2d(x, weight), 2)
