@@ -58,7 +58,9 @@ std::vector<bool> DonatedArguments(c10::ArrayRef<torch::lazy::BackendDataPtr> ar
     auto& [holders, overwritable] =
         sharing.try_emplace(data.tensor().unsafeGetTensorImpl(), 0, true).first->second;
     ++holders;
-    overwritable = overwritable && GraphMayOverwrite(argument);
+    // A capture reads its frozen inputs after the run (DDP's buckets, which
+    // only C++ holds): overwritten, the next call's would agree with them.
+    overwritable = overwritable && GraphMayOverwrite(argument) && !CaptureFreezes(argument.get());
   }
   for (size_t k = 0; k < arguments.size(); ++k) {
     const LazyFuseBackendData& data = AsLazyFuseData(arguments[k]);
