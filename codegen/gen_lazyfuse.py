@@ -126,6 +126,16 @@ OWN_STEPS = {
     "as_strided_scatter": "lazyfuse::AsStridedScatterStep",
 }
 
+# Scatters into a view of their first operand, by the view they write: with
+# the base's memory the run's to overwrite, `base[...] = src` writes its part
+# as in eager, instead of a copy of the whole base (a KV cache's, every token).
+SCATTER_VIEWS = {
+    "slice_scatter": "slice_Tensor",
+    "select_scatter": "select_int",
+    "diagonal_scatter": "diagonal",
+    "as_strided_scatter": "as_strided",
+}
+
 # Own steps whose loop is lazyfuse's only while fused kernels are on
 # (LAZYFUSE_CPU_KERNELS=0 bisects with ATen's call). The choice is made when
 # the graph is lowered and travels with its step as a last argument: a graph
@@ -242,6 +252,17 @@ class GenLazyFuseIR(GenLazyIR):
                 "lf_into.defined()) {\n"
                 f"        at::_ops::{into_call};\n"
                 "        return {lf_into};\n"
+                "      }"
+            )
+        if op_name in SCATTER_VIEWS:
+            view_args = ["lf_base", *call_args[2:]]  # the scatter's, without src
+            reads.append(
+                "if (at::Tensor lf_base = args.BaseToScatterInto(0); lf_base.defined()) {\n"
+                f"        at::Tensor lf_view = at::_ops::{SCATTER_VIEWS[op_name]}::call("
+                f"{', '.join(view_args)});\n"
+                f"        if (args.ScatterInto(0, lf_view, {call_args[1]})) {{\n"
+                "          return {lf_base};\n"
+                "        }\n"
                 "      }"
             )
         runs = OWN_STEPS.get(op_name, f"at::_ops::{aten_op}::call")

@@ -1,5 +1,6 @@
 #include "program/program.h"
 
+#include <ATen/MemoryOverlap.h>
 #include <c10/util/Exception.h>
 #include <c10/util/irange.h>
 #include <torch/csrc/lazy/core/metrics.h>
@@ -92,6 +93,34 @@ at::Tensor KernelArgs::PassInput(size_t input) {
     return at::Tensor();
   }
   return tensor;
+}
+
+at::Tensor KernelArgs::BaseToScatterInto(size_t input) {
+  if (!may_overwrite(input)) {
+    return at::Tensor();
+  }
+  const at::Tensor& base = slots_[inputs_[input]];
+  // As the lazy tensor describes it (at offset 0 of a storage of its own),
+  // so that an as_strided view means the same on it as on the lazy tensor.
+  const bool whole = WritableInPlace(base, device_) && base.storage_offset() == 0 &&
+                     base.storage().nbytes() == base.nbytes() &&
+                     !base.unsafeGetTensorImpl()->is_wrapped_number();
+  return whole ? base : at::Tensor();
+}
+
+bool KernelArgs::ScatterInto(size_t input, const at::Tensor& view, const at::Tensor& src) {
+  // Where ATen's scatter would raise (a src of another size, a view whose
+  // elements overlap) or convert (a src of another dtype), its own call runs
+  // instead. src never shares the base's memory: the base is alone in its
+  // storage.
+  if (view.sizes() != src.sizes() || view.scalar_type() != src.scalar_type() ||
+      src.device() != view.device() || at::has_internal_overlap(view) == at::MemOverlap::Yes) {
+    return false;
+  }
+  view.copy_(src);
+  overwrote(input);
+  TORCH_LAZY_COUNTER("LazyFuseInPlaceScatters", 1);
+  return true;
 }
 
 at::Tensor KernelArgs::OnDevice(const at::Tensor& tensor) const {

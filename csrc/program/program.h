@@ -84,6 +84,14 @@ class KernelArgs {
   // tensor over the same memory would keep later steps from writing over
   // it. Undefined when the input lives on.
   at::Tensor PassInput(size_t input);
+  // For a scatter into a view of input `input` (slice_scatter and its kin,
+  // functionalization's form of `base[...] = src`): the base, when the step
+  // may write into it as eager does, instead of copying all of it to change
+  // a part; undefined otherwise. ScatterInto then copies `src` into `view`,
+  // a view of that base, and records the overwrite; it returns false,
+  // writing nothing, where the scatter's own call must run (and raise).
+  at::Tensor BaseToScatterInto(size_t input);
+  bool ScatterInto(size_t input, const at::Tensor& view, const at::Tensor& src);
 
  private:
   const at::Tensor& Next();
