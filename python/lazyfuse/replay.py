@@ -166,6 +166,16 @@ def _young_lazy_tensors() -> list[torch.Tensor]:
     ]
 
 
+def _apply_writes_through_views(tensors: list[torch.Tensor]) -> None:
+    """Functionalization applies a write through a view (`buffer[1:3] = v`)
+    to the base only when the base is next read, after the step's graph. The
+    captured graph must hold it, or a replay computes the write and puts it
+    nowhere."""
+    for tensor in tensors:
+        if torch._is_functional_tensor(tensor):  # type: ignore[attr-defined]
+            torch._sync(tensor)  # type: ignore[attr-defined]
+
+
 def _with_gradients(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     """`tensors` without repeats, with the gradients of the leaves among them."""
     found = {id(t): t for t in tensors}
@@ -392,15 +402,16 @@ class ReplayedStep:
             out = self.fn(*args, **kwargs)
             out_leaves, out_spec = pytree.tree_flatten(out)
             returned = [leaf for leaf in out_leaves if isinstance(leaf, torch.Tensor)]
+            if checking is not None:
+                # Tensors made during the call are young: gc generations 0 and 1.
+                after = _with_gradients(checking.bound_tensors() + live + _young_lazy_tensors())
+            else:
+                after = _live_lazy_tensors()[0]
+            _apply_writes_through_views(after)
             mark_step()
         except BaseException:
             _C._capture_abort()
             raise
-        if checking is not None:
-            # Tensors made during the call are young: gc generations 0 and 1.
-            after = _with_gradients(checking.bound_tensors() + live + _young_lazy_tensors())
-        else:
-            after = _live_lazy_tensors()[0]
         record = _C._capture_end(after, returned)
         stepped = [s for s, epoch in zip(schedulers, epochs, strict=True) if s.last_epoch != epoch]
         why_not = (

@@ -315,3 +315,33 @@ def test_arguments_that_shared_data_when_captured_replay_only_if_they_still_do(b
     for call in calls:
         torch.testing.assert_close(fn(*call).cpu(), step(*call).cpu())
     assert fn.replayed_calls == 3
+
+
+def _write_through_a_view(buffer: torch.Tensor, x: torch.Tensor) -> None:
+    buffer[1:3] = buffer[1:3] * 0.5 + x[1:3]
+
+
+def _write_the_base_of_a_held_view(buffer: torch.Tensor, x: torch.Tensor) -> None:
+    buffer.mul_(0.5).add_(x)
+
+
+@pytest.mark.parametrize(
+    "write", [_write_through_a_view, _write_the_base_of_a_held_view], ids=["view", "base"]
+)
+def test_a_replay_keeps_a_tensor_and_its_views_in_step(write: Callable[..., None]):
+    # Found from outside: functionalization applies a write to the tensors
+    # that share its storage only when each is next read, after the step's
+    # graph. The capture ran without that work, so every replay computed the
+    # write and put it nowhere: the buffer (or the view held of it) kept the
+    # value of the last traced call.
+    xs = [torch.full((3, 4), float(i + 1)) for i in range(6)]
+    expected = torch.zeros(3, 4)
+    buffer = torch.zeros(3, 4, device=DEV)
+    row, expected_row = buffer[1], expected[1]
+    fn = lazyfuse.compile(replay=True)(lambda x: write(buffer, x))
+    for x in xs:
+        write(expected, x)
+        fn(x.to(DEV))
+        assert torch.equal(buffer.cpu(), expected)
+        assert torch.equal(row.cpu(), expected_row)
+    assert fn.replayed_calls >= 3, fn.last_reason
