@@ -11,8 +11,8 @@ prints a one-line reproduction.
 A graph is a few input tensors and a list of steps. Each step applies one op
 to values already in the graph: pointwise ops with Python scalars of every
 type and mixed dtypes (type promotion), broadcasts, views, permutes and
-slices, reductions with and without keepdim, casts, in-place updates, and
-matrix products read transposed (fusion/transposed_matmuls.h).
+slices, reductions with and without keepdim, casts, in-place updates, writes
+into views, and matrix products read transposed (fusion/transposed_matmuls.h).
 Ops that jump at a point (floor, comparisons, floor division, casts to
 integers) only read values computed exactly on both sides, so a last-bit
 difference in a transcendental cannot flip them.
@@ -56,6 +56,7 @@ from fuzz_ops import (
     mix,
     reduce,
     view,
+    view_write,
     wide_slice,
 )
 
@@ -194,9 +195,12 @@ class Builder:
         elif roll < 0.97:
             a = self.pick(False)
             self.add(out, "matmul_transposed", [a.name, str(rng.randint(0, 7))], exact=False)
-        else:
+        elif roll < 0.985:
             a, b = self.pick(False), self.pick(False)
             self.add(out, "inplace_add", [a.name, b.name], exact=False)
+        else:
+            a = self.pick(False)
+            self.add(out, "view_write", [a.name, str(rng.randint(0, 7))], exact=False)
 
     def scalar(self) -> object:
         return self.rng.choice(BOUNDARY_SCALARS if self.rng.random() < 0.35 else SCALARS)
@@ -284,6 +288,8 @@ def evaluate(
             env[out] = matmul_transposed(a, int(args[1]))
         elif op == "cast":
             env[out] = a.to(getattr(torch, args[1].split(".")[1]))
+        elif op == "view_write":
+            env[out] = view_write(a, int(args[1]))
         elif op == "inplace_add":
             b = env[args[1]]
             y = a.clone() if a.is_floating_point() else a.to(torch.float32)

@@ -168,6 +168,28 @@ def view(t: torch.Tensor, op: str, salt: int) -> torch.Tensor:
     return t.transpose(0, -1)
 
 
+def view_write(t: torch.Tensor, salt: int) -> torch.Tensor:
+    """A copy of t (as a float tensor) written through a view, as `y[...] =`
+    writes: functionalization's scatters, which lazyfuse runs in place where
+    the run owns the base. The src is computed from the base, or is a view
+    of it, or a scalar."""
+    y = t.clone() if t.is_floating_point() else t.to(torch.float32)
+    if y.dim() == 0 or y.numel() == 0:
+        return y.mul_(2)
+    d = salt % y.dim()
+    kind = salt % 4
+    if kind == 0:
+        every_other = y[..., ::2]
+        every_other.copy_(every_other * 2 + 1)  # slice_scatter of a new src
+    elif kind == 1:
+        y.select(d, 0).copy_(y.select(d, -1))  # select_scatter of its own view
+    elif kind == 2 and y.dim() >= 2:
+        y.diagonal(dim1=0, dim2=-1).mul_(-1)  # diagonal_scatter
+    else:
+        y.narrow(d, y.shape[d] // 2, (y.shape[d] + 1) // 2).fill_(salt - 3.5)
+    return y
+
+
 def matmul_transposed(t: torch.Tensor, salt: int) -> torch.Tensor:
     """A product of t (as a float matrix) read the ways autograd reads one:
     transposed only (the graph then computes it transposed), transposed and
