@@ -199,3 +199,11 @@ def test_strategy_reuse_smoke_times_both_kernels_and_sees_another_strategy(
     # Rows of 64 call for blocks of 64 threads (emulated blocks of up to
     # 256): they run the 32-thread template that rows of 17 and 18 made.
     assert all(r["another_strategy"] for r in rows if r["length"] == 64), rows
+
+
+def test_view_writes_smoke_writes_in_place(tmp_path: Path) -> None:
+    report = smoke_report("view_writes", tmp_path)
+    assert [row["cache"] for row in report["rows"]] == ["1x2x16x8"]
+    assert report["rows"][0]["lazyfuse ms/write"] > 0
+    # The first write copies; the later ones write the view.
+    assert report["in-place scatters"] >= report["steps"]
