@@ -60,7 +60,7 @@ std::vector<bool> DonatedArguments(c10::ArrayRef<torch::lazy::BackendDataPtr> ar
     ++holders;
     // A capture reads its frozen inputs after the run (DDP's buckets, which
     // only C++ holds): overwritten, the next call's would agree with them.
-    overwritable = overwritable && GraphMayOverwrite(argument) && !CaptureFreezes(argument.get());
+    overwritable = overwritable && GraphMayOverwrite(argument) && !CaptureFreezes(argument);
   }
   for (size_t k = 0; k < arguments.size(); ++k) {
     const LazyFuseBackendData& data = AsLazyFuseData(arguments[k]);

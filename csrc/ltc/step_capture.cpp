@@ -137,12 +137,12 @@ bool Capturing() {
   return t_capture.active;
 }
 
-bool CaptureFreezes(const torch::lazy::BackendData* data) {
-  const Capture& capture = t_capture;
-  // ClassifyInput's order: every other source binds a tensor at replay.
-  return capture.active && capture.argument_data.count(data) == 0 &&
-         capture.live_data.count(data) == 0 && capture.live_bases.count(data) == 0 &&
-         capture.seeds.count(data) == 0 && capture.transfers.count(data) == 0;
+bool CaptureFreezes(const torch::lazy::BackendDataPtr& data) {
+  if (!t_capture.active) {
+    return false;
+  }
+  const InputSource source = ClassifyInput(t_capture, data).source;
+  return source == InputSource::kFrozen || source == InputSource::kUnspecified;
 }
 
 void NoteTransfer(const torch::lazy::BackendDataPtr& data, const at::Tensor& source) {

@@ -144,7 +144,7 @@ struct StepRecord {
 bool Capturing();
 // Whether the capture keeps `data`'s value as it is after the run (a frozen
 // or unspecified input): a run must not write over it then.
-bool CaptureFreezes(const torch::lazy::BackendData* data);
+bool CaptureFreezes(const torch::lazy::BackendDataPtr& data);
 void NoteTransfer(const torch::lazy::BackendDataPtr& data, const at::Tensor& source);
 void NoteUnspecified(const torch::lazy::BackendDataPtr& data);
 void NoteScalar(const torch::lazy::BackendDataPtr& data);
