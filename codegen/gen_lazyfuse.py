@@ -136,6 +136,23 @@ SCATTER_VIEWS = {
     "as_strided_scatter": "as_strided",
 }
 
+# Writes of a part of their first operand along `dim` at `index`, as
+# functionalization's functional form of an in-place op: where the run owns
+# the base, ATen's in-place op (the value) writes the part into it instead
+# of copying all of it (ops/partial_writes.h). index_fill reads negative
+# indices from the end; the others raise on them.
+PARTIAL_WRITES = {
+    "index_copy": "index_copy_",
+    "index_add": "index_add_",
+    "index_fill.int_Scalar": "index_fill__int_Scalar",
+    "index_fill.int_Tensor": "index_fill__int_Tensor",
+    "scatter.src": "scatter__src",
+    "scatter.value": "scatter__value",
+    "scatter.reduce": "scatter__reduce",
+    "scatter.value_reduce": "scatter__value_reduce",
+    "scatter_add": "scatter_add_",
+}
+
 # Own steps whose loop is lazyfuse's only while fused kernels are on
 # (LAZYFUSE_CPU_KERNELS=0 bisects with ATen's call). The choice is made when
 # the graph is lowered and travels with its step as a last argument: a graph
@@ -263,6 +280,17 @@ class GenLazyFuseIR(GenLazyIR):
                 f"        if (args.ScatterInto(0, lf_view, {call_args[1]})) {{\n"
                 "          return {lf_base};\n"
                 "        }\n"
+                "      }"
+            )
+        if op_name in PARTIAL_WRITES:
+            wraps = "true" if op_name.startswith("index_fill") else "false"
+            reads.append(
+                "if (at::Tensor lf_base = lazyfuse::BaseToWriteAlong("
+                f"args, {call_args[1]}, {call_args[2]}, /*negative_wraps=*/{wraps}); "
+                "lf_base.defined()) {\n"
+                f"        at::_ops::{PARTIAL_WRITES[op_name]}::call("
+                f"{', '.join(['lf_base', *call_args[1:]])});\n"
+                "        return {lf_base};\n"
                 "      }"
             )
         runs = OWN_STEPS.get(op_name, f"at::_ops::{aten_op}::call")

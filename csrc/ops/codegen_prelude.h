@@ -17,6 +17,7 @@
 #include "ops/device_checks.h"
 #include "ops/inference_mode.h"
 #include "ops/max_pool_step.h"
+#include "ops/partial_writes.h"
 #include "ops/scalar_operands.h"
 #include "ops/shape_inference.h"
 #include "ops/storage_view_steps.h"

@@ -17,6 +17,7 @@
 #include "ops/closure_node.h"
 #include "ops/device_checks.h"
 #include "ops/meta_tensors.h"
+#include "ops/partial_writes.h"
 #include "ops/scalar_operands.h"
 
 namespace lazyfuse {
@@ -56,7 +57,8 @@ at::Tensor MakeIndexNode(const char* op,
                          const std::vector<at::Tensor>& extra,
                          torch::lazy::Shape shape,
                          torch::lazy::hash_t attributes_hash,
-                         std::function<at::Tensor(const at::Tensor&,
+                         std::function<at::Tensor(KernelArgs&,
+                                                  const at::Tensor&,
                                                   const c10::List<std::optional<at::Tensor>>&,
                                                   const std::vector<at::Tensor>&)> run) {
   const auto device = torch::lazy::GetBackendDevice(self);
@@ -85,7 +87,7 @@ at::Tensor MakeIndexNode(const char* op,
     for (size_t i = 0; i < num_extra; ++i) {
       rest.push_back(args.tensor());
     }
-    return {run(base, list, rest)};
+    return {run(args, base, list, rest)};
   };
   std::vector<torch::lazy::Shape> shapes{std::move(shape)};
   auto node = torch::lazy::MakeNode<ClosureNode>(
@@ -195,7 +197,8 @@ at::Tensor LazyNativeFunctions::index(const at::Tensor& self,
                        {},
                        torch::lazy::Shape(self.scalar_type(), std::move(*sizes)),
                        torch::lazy::MHash(),
-                       [](const at::Tensor& base,
+                       [](KernelArgs&,
+                          const at::Tensor& base,
                           const c10::List<std::optional<at::Tensor>>& list,
                           const std::vector<at::Tensor>&) { return at::index(base, list); });
 }
@@ -225,9 +228,15 @@ at::Tensor LazyNativeFunctions::index_put(const at::Tensor& self,
                        {values},
                        torch::lazy::Shape(self.scalar_type(), self.sizes().vec()),
                        torch::lazy::MHash(accumulate),
-                       [accumulate](const at::Tensor& base,
+                       [accumulate](KernelArgs& args,
+                                    const at::Tensor& base,
                                     const c10::List<std::optional<at::Tensor>>& list,
                                     const std::vector<at::Tensor>& rest) {
+                         if (at::Tensor into = BaseToIndexPut(args, list, rest[0]);
+                             into.defined()) {
+                           into.index_put_(list, rest[0], accumulate);
+                           return into;
+                         }
                          return at::index_put(base, list, rest[0], accumulate);
                        });
 }

@@ -52,6 +52,7 @@ from fuzz_ops import (
     SIGN_FREE_OPS,
     UNARY,
     VIEWS,
+    index_write,
     matmul_transposed,
     mix,
     reduce,
@@ -198,9 +199,12 @@ class Builder:
         elif roll < 0.985:
             a, b = self.pick(False), self.pick(False)
             self.add(out, "inplace_add", [a.name, b.name], exact=False)
-        else:
+        elif roll < 0.993:
             a = self.pick(False)
             self.add(out, "view_write", [a.name, str(rng.randint(0, 7))], exact=False)
+        else:
+            a = self.pick(False)
+            self.add(out, "index_write", [a.name, str(rng.randint(0, 7))], exact=False)
 
     def scalar(self) -> object:
         return self.rng.choice(BOUNDARY_SCALARS if self.rng.random() < 0.35 else SCALARS)
@@ -290,6 +294,8 @@ def evaluate(
             env[out] = a.to(getattr(torch, args[1].split(".")[1]))
         elif op == "view_write":
             env[out] = view_write(a, int(args[1]))
+        elif op == "index_write":
+            env[out] = index_write(a, int(args[1]))
         elif op == "inplace_add":
             b = env[args[1]]
             y = a.clone() if a.is_floating_point() else a.to(torch.float32)

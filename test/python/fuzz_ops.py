@@ -190,6 +190,31 @@ def view_write(t: torch.Tensor, salt: int) -> torch.Tensor:
     return y
 
 
+def index_write(t: torch.Tensor, salt: int) -> torch.Tensor:
+    """A copy of t (as a float tensor) written at indices, as index_copy_,
+    index_add_, scatter_add_ and `y[idx] =` write: functional ops whose
+    steps write in place where the run owns the base. Indices repeat, and
+    count from the end where the op allows it."""
+    y = t.clone() if t.is_floating_point() else t.to(torch.float32)
+    if y.dim() == 0 or y.numel() == 0:
+        return y.add_(1)
+    d = salt % y.dim()
+    n = y.shape[d]
+    index = torch.tensor([(salt * 5 + k) % n for k in range(3)], device=y.device)
+    kind = salt % 4
+    if kind == 0:
+        y.index_copy_(d, index[:1], y.index_select(d, index[-1:]) * 3)
+    elif kind == 1:
+        y.index_add_(d, index, y.index_select(d, index.flip(0)), alpha=0.5)
+    elif kind == 2:
+        shape = list(y.shape)
+        shape[d] = 1
+        y.scatter_add_(d, index[:1].reshape([1] * y.dim()).expand(shape), y.narrow(d, 0, 1))
+    else:
+        y[index - n] = salt - 3.5
+    return y
+
+
 def matmul_transposed(t: torch.Tensor, salt: int) -> torch.Tensor:
     """A product of t (as a float matrix) read the ways autograd reads one:
     transposed only (the graph then computes it transposed), transposed and

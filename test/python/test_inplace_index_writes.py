@@ -1,0 +1,177 @@
+"""Indexed writes in place: `cache.index_copy_(2, pos, k)` (HF's static KV
+cache), `x[idx] = v`, scatter_, index_add_ and index_fill_. Functionalization
+turns each into a functional op that returns a new base; where the run may
+overwrite the old base, the step writes its part into it, as eager does,
+instead of copying the whole base. index_copy ran eagerly before, a graph
+break per write. ATen checks an index while it writes, so on the CPU the
+indices are checked first: a bad index raises eager's error with the base
+untouched."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+import torch
+
+import lazyfuse
+
+SCATTERS = "LazyFuseInPlaceScatters"
+
+
+@pytest.fixture(autouse=True)
+def donation() -> Iterator[None]:
+    before = lazyfuse.config.donation()
+    lazyfuse.config.set_donation(True)
+    try:
+        yield
+    finally:
+        lazyfuse.config.set_donation(before)
+
+
+def scatters() -> int:
+    return lazyfuse.metrics.counter_value(SCATTERS)
+
+
+Write = Callable[[torch.Tensor, torch.Tensor, int], None]
+
+
+def rows(x: torch.Tensor, t: int) -> torch.Tensor:
+    return torch.tensor([t % 6, (t + 3) % 6], device=x.device)
+
+
+WRITES: dict[str, Write] = {
+    "index_copy": lambda x, v, t: x.index_copy_(0, rows(x, t), v[:2]),
+    "index_add": lambda x, v, t: x.index_add_(0, rows(x, t), v[:2], alpha=0.5),
+    "index_fill": lambda x, v, t: x.index_fill_(1, rows(x, t) - 6, float(t)),
+    "index_fill_tensor": lambda x, v, t: x.index_fill_(0, rows(x, t), v[0, 0]),
+    "scatter_src": lambda x, v, t: x.scatter_(0, rows(x, t).view(2, 1).expand(2, 7), v[:2]),
+    "scatter_value": lambda x, v, t: x.scatter_(1, rows(x, t).view(1, 2), -1.0),
+    "scatter_reduce": lambda x, v, t: x.scatter_(
+        0, rows(x, t).view(2, 1).expand(2, 7), v[:2], reduce="multiply"
+    ),
+    "scatter_add": lambda x, v, t: x.scatter_add_(0, rows(x, t).view(2, 1).expand(2, 7), v[:2]),
+    "index_put": lambda x, v, t: x.index_put_((rows(x, t),), v[:2]),
+    "index_put_accumulate": lambda x, v, t: x.index_put_(
+        (rows(x, t), rows(x, t + 1)), v[0, :2], accumulate=True
+    ),
+    "setitem_columns": lambda x, v, t: x.__setitem__((slice(None), rows(x, t) - 1), v[:, :2]),
+}
+
+
+@pytest.mark.parametrize("write", sorted(WRITES))
+def test_an_indexed_write_stays_in_the_bases_memory(engine: str, write: str) -> None:
+    torch.manual_seed(0)
+    expected = torch.randn(6, 7)
+    values = [torch.randn(6, 7) for _ in range(4)]
+    x = expected.to(lazyfuse.lazy_device())
+    lazyfuse.mark_step()
+    before, addresses = scatters(), set()
+    fallbacks = lazyfuse.metrics.counter_value("aten::index_copy")
+    for t, v in enumerate(values):
+        WRITES[write](expected, v, t)
+        WRITES[write](x, v.to(x.device) * 1, t)
+        lazyfuse.mark_step()
+        addresses.add(lazyfuse.debug.data_address(x))
+    # The first write copies, as test_inplace_scatter.py says; later ones
+    # write into the same memory.
+    assert scatters() - before >= len(values) - 1
+    assert len(addresses) == 1
+    assert lazyfuse.metrics.counter_value("aten::index_copy") == fallbacks
+    torch.testing.assert_close(x.cpu(), expected, rtol=0, atol=0)
+
+
+def test_a_static_kv_cache_is_written_with_index_copy(engine: str) -> None:
+    torch.manual_seed(0)
+    keys = [torch.randn(2, 4, 1, 8) for _ in range(6)]
+    expected = torch.zeros(2, 4, 6, 8)
+    cache = expected.to(lazyfuse.lazy_device())
+    before = scatters()
+    scores = []
+    for t, k in enumerate(keys):
+        position = torch.tensor([t])
+        expected.index_copy_(2, position, k * 2)
+        cache.index_copy_(2, position.to(cache.device), k.to(cache.device) * 2)
+        scores.append(cache[:, :, : t + 1].sum(-1))
+        lazyfuse.mark_step()
+    assert scatters() - before >= len(keys) - 1
+    assert torch.equal(cache.cpu(), expected)
+    for t, got in enumerate(scores):
+        # Each read the cache as it was at its token.
+        torch.testing.assert_close(got.cpu(), expected[:, :, : t + 1].sum(-1))
+
+
+BAD_INDEX: dict[str, tuple[Write, str]] = {
+    "index_copy": (
+        lambda x, v, t: x.index_copy_(0, torch.tensor([1, 9], device=x.device), v[:2]),
+        "index_copy",
+    ),
+    "index_add": (
+        lambda x, v, t: x.index_add_(0, torch.tensor([1, -1], device=x.device), v[:2]),
+        "index_add",
+    ),
+    "scatter": (
+        lambda x, v, t: x.scatter_(0, torch.tensor([[1, 6]], device=x.device), 1.0),
+        "scatter",
+    ),
+    "index_put": (
+        lambda x, v, t: x.index_put_((torch.tensor([1, 6], device=x.device),), v[:2]),
+        "index",
+    ),
+}
+
+
+@pytest.mark.parametrize("write", sorted(BAD_INDEX))
+def test_an_index_out_of_bounds_raises_eagers_error(engine: str, write: str) -> None:
+    torch.manual_seed(0)
+    base, values = torch.randn(6, 7), torch.randn(6, 7)
+    run, name = BAD_INDEX[write]
+    with pytest.raises((IndexError, RuntimeError)) as eager:
+        run(base.clone(), values, 0)
+    x = base.to(lazyfuse.lazy_device())
+    other = torch.zeros(3, device=x.device)
+    lazyfuse.mark_step()
+    run(x, values.to(x.device), 0)
+    other += 1
+    with pytest.raises(RuntimeError, match=name) as lazy:
+        lazyfuse.mark_step()
+        x.cpu()
+    assert "out of" in str(lazy.value) or "out of" not in str(eager.value)
+    # The failed step wrote nothing over memory the graph reads: it is not
+    # lost, and its other results read.
+    assert "was lost" not in str(lazy.value)
+    del x
+    torch.testing.assert_close(other.cpu(), torch.ones(3))
+    y = torch.arange(4.0, device=other.device) * 2
+    assert torch.equal(y.cpu(), torch.arange(4.0) * 2)
+
+
+def test_an_index_write_with_a_later_failing_step_is_applied_once(engine: str) -> None:
+    x = torch.zeros(6, 4).to(lazyfuse.lazy_device())
+    w = torch.ones(3, device=x.device)
+    lazyfuse.mark_step()
+    x.index_add_(0, torch.tensor([1, 3], device=x.device), torch.ones(2, 4, device=x.device))
+    y = w[torch.tensor([5], device=x.device)] * 2
+    with pytest.raises(RuntimeError, match="out of bounds"):
+        lazyfuse.mark_step()
+        y.cpu()
+    del y
+    expected = torch.zeros(6, 4)
+    expected[[1, 3]] = 1
+    assert torch.equal(x.cpu(), expected)
+
+
+def test_a_held_view_keeps_the_base_out_of_place(engine: str) -> None:
+    torch.manual_seed(0)
+    expected = torch.randn(6, 7)
+    x = expected.to(lazyfuse.lazy_device())
+    held, expected_held = x[2], expected[2]
+    lazyfuse.mark_step()
+    held.cpu()
+    index = torch.tensor([0, 4])
+    v = torch.randn(2, 7)
+    expected.index_copy_(0, index, v)
+    x.index_copy_(0, index.to(x.device), v.to(x.device))
+    lazyfuse.mark_step()
+    assert torch.equal(x.cpu(), expected)
+    assert torch.equal(held.cpu(), expected_held)
