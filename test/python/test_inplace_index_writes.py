@@ -175,3 +175,38 @@ def test_a_held_view_keeps_the_base_out_of_place(engine: str) -> None:
     lazyfuse.mark_step()
     assert torch.equal(x.cpu(), expected)
     assert torch.equal(held.cpu(), expected_held)
+
+
+def test_hugging_face_generate_with_a_static_cache_writes_it_in_place() -> None:
+    transformers = pytest.importorskip("transformers", reason="scripts/setup_env.sh installs it")
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=100,
+        max_position_embeddings=128,
+    )
+    model = transformers.LlamaForCausalLM(config).eval()
+    prompt = torch.tensor([[5, 17, 42, 8]])
+    options = {
+        "max_new_tokens": 8,
+        "do_sample": False,
+        "pad_token_id": 0,
+        "cache_implementation": "static",
+    }
+    with torch.no_grad():
+        expected = model.generate(prompt, **options)
+    before = scatters()
+    fallbacks = lazyfuse.metrics.counter_value("aten::index_copy")
+    lazy = model.to(lazyfuse.lazy_device())
+    with torch.no_grad():
+        got = lazy.generate(prompt.to(lazyfuse.lazy_device()), **options)
+    assert torch.equal(got.cpu(), expected)
+    # The cache's index_copy_ runs in the graph (it was a graph break per
+    # layer per token) and, from the second token on, in place: a key and a
+    # value per layer per token.
+    assert lazyfuse.metrics.counter_value("aten::index_copy") == fallbacks
+    assert scatters() - before >= 2 * config.num_hidden_layers * (options["max_new_tokens"] - 1)
