@@ -160,13 +160,15 @@ void LazyFuseEagerFallback(const c10::OperatorHandle& op, torch::jit::Stack* sta
 
   // Copy in: each lazy argument becomes a tensor on the backing device.
   std::vector<at::Tensor> backing_inputs(num_arguments);
+  std::vector<std::vector<at::Tensor>> backing_lists(num_arguments);
   for (size_t i = 0; i < num_arguments; ++i) {
     const c10::IValue& value = arguments[i];
     if (value.isTensor()) {
       backing_inputs[i] = ToBacking(value.toTensor());
       (*stack)[arguments_begin + i] = c10::IValue(backing_inputs[i]);
     } else if (value.isTensorList()) {
-      std::vector<at::Tensor> list = value.toTensorList().vec();
+      std::vector<at::Tensor>& list = backing_lists[i];
+      list = value.toTensorList().vec();
       for (auto& t : list) {
         t = ToBacking(t);
       }
@@ -193,13 +195,24 @@ void LazyFuseEagerFallback(const c10::OperatorHandle& op, torch::jit::Stack* sta
   // ran nothing.
   CountFallback(op);
 
-  // Write back: arguments the op mutated get their new value.
+  // Write back: arguments the op mutated get their new value, tensor lists
+  // (an optimizer's fused step, a foreach op) element by element.
   for (size_t i = 0; i < num_arguments; ++i) {
     const auto* alias = schema.arguments()[i].alias_info();
-    if (alias != nullptr && alias->isWrite() && arguments[i].isTensor()) {
+    if (alias == nullptr || !alias->isWrite()) {
+      continue;
+    }
+    if (arguments[i].isTensor()) {
       const at::Tensor& original = arguments[i].toTensor();
       if (IsLazy(original)) {
         at::_copy_from_and_resize(backing_inputs[i], original);
+      }
+    } else if (arguments[i].isTensorList()) {
+      const std::vector<at::Tensor> originals = arguments[i].toTensorList().vec();
+      for (size_t j = 0; j < originals.size(); ++j) {
+        if (IsLazy(originals[j])) {
+          at::_copy_from_and_resize(backing_lists[i][j], originals[j]);
+        }
       }
     }
   }

@@ -17,6 +17,7 @@
 #include "ops/collectives.h"
 #include "ops/eager_copy.h"
 #include "ops/functionalized_composite.h"
+#include "ops/fused_optimizer_updates.h"
 #include "ops/host_arguments.h"
 #include "ops/inplace_updates.h"
 #include "program/compile_log.h"
@@ -66,6 +67,7 @@ void InitLazyFuseBackend() {
     RegisterEagerCopy();
     RegisterFunctionalizedComposites();
     RegisterInplaceUpdates();
+    RegisterFusedOptimizerUpdates();
     SetCallSiteFunction(&UserCallSite);
   });
 }
