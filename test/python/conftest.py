@@ -96,6 +96,18 @@ def synchronous_steps() -> Iterator[None]:
         yield
 
 
+@pytest.fixture
+def donation_on() -> Iterator[None]:
+    """Buffer donation on, whatever LAZYFUSE_DONATE says: for tests of what
+    a run writes over."""
+    before = lazyfuse.config.donation()
+    lazyfuse.config.set_donation(True)
+    try:
+        yield
+    finally:
+        lazyfuse.config.set_donation(before)
+
+
 @pytest.fixture(params=["aten", "fused", "cpu"])
 def engine(request: pytest.FixtureRequest) -> Iterator[str]:
     """A test three times: ATen steps only; fused kernels (natively on a

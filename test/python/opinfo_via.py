@@ -120,6 +120,7 @@ VIA_OPINFO: dict[str, tuple[str, str]] = {
     "igamma": ("igamma", ""),
     "igammac": ("igammac", ""),
     "index_add": ("index_add", ""),
+    "index_copy": ("index_copy", ""),
     "isin.Tensor_Tensor": ("isin", ""),
     "isnan": ("isnan", ""),
     "isneginf": ("isneginf", ""),

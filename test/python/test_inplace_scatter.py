@@ -8,7 +8,7 @@ written."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -18,14 +18,7 @@ import lazyfuse
 SCATTERS = "LazyFuseInPlaceScatters"
 
 
-@pytest.fixture(autouse=True)
-def donation() -> Iterator[None]:
-    before = lazyfuse.config.donation()
-    lazyfuse.config.set_donation(True)
-    try:
-        yield
-    finally:
-        lazyfuse.config.set_donation(before)
+pytestmark = pytest.mark.usefixtures("donation_on")
 
 
 def scatters() -> int:
