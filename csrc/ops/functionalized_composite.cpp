@@ -188,6 +188,97 @@ bool NeedsAtenComposite(const c10::OperatorHandle& op) {
          !op.hasTag(at::Tag::nondeterministic_seeded);
 }
 
+// A library's op that writes its arguments (torch.library.custom_op with
+// mutates_args): functionalization's fallback refuses any schema with alias
+// annotations. On lazy tensors it is functionalized here. An op with a
+// composite kernel (device_types=None) runs it on the functional tensors, so
+// its writes are recorded as a user's would be; an op with device kernels
+// only runs below functionalization (the eager fallback copies each written
+// argument back), and each written tensor takes its new value.
+void FunctionalizeWritingOp(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const c10::FunctionSchema& schema = op.schema();
+  const size_t num_arguments = schema.arguments().size();
+  const size_t first = stack->size() - num_arguments;
+  bool lazy = false;
+  for (size_t i = first; i < stack->size(); ++i) {
+    lazy = lazy || AnyTensorIn((*stack)[i], [](const at::Tensor& tensor) {
+             return tensor.defined() && tensor.device().is_lazy();
+           });
+  }
+  TORCH_CHECK(lazy,
+              "Found a custom (non-ATen) operator whose output has alias annotations: ",
+              schema,
+              ". Functionalization supports operators that write their arguments only on lazy "
+              "tensors (lazyfuse) and through torch.compile's auto_functionalize");
+  if (op.hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd)) {
+    TORCH_LAZY_COUNTER("LazyFuseFunctionalizedComposite", 1);
+    c10::Dispatcher::singleton().callBoxedForDispatchKey(
+        op, c10::DispatchKey::CompositeExplicitAutograd, stack);
+    return;
+  }
+  std::vector<size_t> written;
+  std::vector<at::Tensor> wrappers;
+  for (size_t i = 0; i < num_arguments; ++i) {
+    const auto* alias = schema.arguments()[i].alias_info();
+    if (alias != nullptr && alias->isWrite()) {
+      written.push_back(i);
+      AnyTensorIn((*stack)[first + i], [&](const at::Tensor& tensor) {
+        wrappers.push_back(tensor);
+        return false;
+      });
+    }
+  }
+  for (size_t i = first; i < stack->size(); ++i) {
+    ForEachTensorIn((*stack)[i], FromFunctional);
+  }
+  std::vector<at::Tensor> inner;
+  for (size_t i : written) {
+    AnyTensorIn((*stack)[first + i], [&](const at::Tensor& tensor) {
+      inner.push_back(tensor);
+      return false;
+    });
+  }
+  {
+    c10::impl::ExcludeDispatchKeyGuard below(c10::DispatchKey::Functionalize);
+    op.callBoxed(stack);
+  }
+  for (size_t k = 0; k < wrappers.size(); ++k) {
+    if (wrappers[k].defined() && at::functionalization::impl::isFunctionalTensor(wrappers[k])) {
+      at::functionalization::impl::replace_(wrappers[k], inner[k]);
+      at::functionalization::impl::commit_update(wrappers[k]);
+      at::functionalization::impl::sync(wrappers[k]);
+    }
+  }
+  const size_t num_returns = schema.returns().size();
+  for (size_t i = stack->size() - num_returns; i < stack->size(); ++i) {
+    ForEachTensorIn((*stack)[i], ToFunctional);
+  }
+}
+
+bool WritesArguments(const c10::FunctionSchema& schema) {
+  for (const c10::Argument& argument : schema.arguments()) {
+    if (argument.alias_info() != nullptr && argument.alias_info()->isWrite()) {
+      return true;
+    }
+  }
+  return false;
+}
+
+bool NeedsWritingOpFunctionalization(const c10::OperatorHandle& op) {
+  const auto name_space = op.operator_name().getNamespace();
+  if ((name_space.has_value() && *name_space == "aten") || IsDistributedOp(op.operator_name()) ||
+      !op.hasSchema() || op.hasKernelForDispatchKey(c10::DispatchKey::Functionalize) ||
+      !WritesArguments(op.schema())) {
+    return false;
+  }
+  for (const c10::Argument& result : op.schema().returns()) {
+    if (result.alias_info() != nullptr) {
+      return false;  // returns a view or its input: outside what this covers
+    }
+  }
+  return true;
+}
+
 class Registry final : public c10::OpRegistrationListener {
  public:
   void onOperatorRegistered(const c10::OperatorHandle& op) override {
@@ -239,6 +330,12 @@ class Registry final : public c10::OpRegistrationListener {
             c10::DispatchKey::Functionalize,
             c10::KernelFunction::makeFromBoxedFunction<&DecomposeInplaceFunctionalized>(),
             "lazyfuse: in-place CompositeImplicitAutograd decomposed above functionalization");
+      }
+      if (op && NeedsWritingOpFunctionalization(*op)) {
+        add(name,
+            c10::DispatchKey::Functionalize,
+            c10::KernelFunction::makeFromBoxedFunction<&FunctionalizeWritingOp>(),
+            "lazyfuse: library op that writes its arguments, functionalized on lazy tensors");
       }
       if (op && NeedsFunctionalizeDecomposition(*op)) {
         add(name,

@@ -12,6 +12,10 @@ namespace lazyfuse {
 // that runs the same composite kernel with functionalization re-applied,
 // so its views and writes are recorded as a user's would be.
 //
+// A library's op that writes its arguments (mutates_args), which
+// functionalization's fallback refuses, gets a Functionalize kernel that
+// functionalizes it on lazy tensors.
+//
 // Also gives every functional CompositeImplicitAutograd op without one a
 // Functionalize kernel that decomposes it on lazy tensors, and every in-place
 // one (square_, selu_) a Functionalize kernel that decomposes it on any

@@ -169,10 +169,72 @@ def scale_first_row_(x: torch.Tensor, factor: float) -> None:
     x[0].mul_(factor)
 
 
-def test_mutating_custom_op_is_refused_by_name(lazy: torch.device) -> None:
-    """torch's functionalization refuses custom ops that mutate their
-    arguments, on every functionalized backend; the error names the op."""
+@torch.library.custom_op("lftest::scale_rows_", mutates_args=("xs",), device_types="cpu")
+def scale_rows_(xs: list[torch.Tensor], factor: float) -> torch.Tensor:
+    """A device kernel only: on lazy tensors it runs eagerly, below
+    functionalization. Writes a list and returns a new tensor."""
+    for x in xs:
+        x[0].mul_(factor)
+    return torch.stack([x.sum() for x in xs])
+
+
+WRITERS = {
+    "composite": lambda x, f: scale_first_row_(x, f),
+    "device_kernel": lambda x, f: scale_rows_([x], f),
+}
+
+
+@pytest.mark.parametrize("writer", sorted(WRITERS))
+def test_a_custom_op_that_writes_its_argument_matches_eager(
+    lazy: torch.device, writer: str
+) -> None:
+    """torch's functionalization refuses custom ops that write their
+    arguments (mutates_args); lazyfuse functionalizes them on lazy tensors.
+    The write reaches the tensor, its base when it is a view, and the views
+    held of it, as in eager."""
+    torch.manual_seed(0)
+    expected = torch.randn(4, 3)
+    x = expected.to(lazy)
+    held, expected_held = x[1:], expected[1:]
+    WRITERS[writer](expected[1:], 3.0)
+    WRITERS[writer](x[1:], 3.0)
+    WRITERS[writer](expected, -2.0)
+    WRITERS[writer](x, -2.0)
+    lazyfuse.mark_step()
+    torch.testing.assert_close(x.cpu(), expected, rtol=0, atol=0)
+    torch.testing.assert_close(held.cpu(), expected_held, rtol=0, atol=0)
+
+
+def test_a_composite_custom_op_that_writes_is_recorded_in_the_graph(lazy: torch.device) -> None:
     x = torch.ones(2, 3).to(lazy)
-    with pytest.raises(RuntimeError, match="lftest::scale_first_row_"):
+    lazyfuse.mark_step()
+    fallbacks = lazyfuse.metrics.counter_value("aten::mul_.Tensor")
+    before = lazyfuse.metrics.counter_value(COMPOSITE_RUNS)
+    scale_first_row_(x, 2.0)
+    y = x + 1
+    lazyfuse.mark_step()
+    torch.testing.assert_close(y.cpu(), torch.tensor([[3.0] * 3, [2.0] * 3]))
+    assert lazyfuse.metrics.counter_value(COMPOSITE_RUNS) > before
+    assert lazyfuse.metrics.counter_value("aten::mul_.Tensor") == fallbacks
+
+
+def test_a_custom_op_writing_a_list_returns_eagers_result(lazy: torch.device) -> None:
+    expected = [torch.arange(6.0).reshape(2, 3), torch.ones(2, 2)]
+    xs = [t.to(lazy) for t in expected]
+    result = scale_rows_(xs, 2.0)
+    expected_result = scale_rows_(expected, 2.0)
+    lazyfuse.mark_step()
+    torch.testing.assert_close(result.cpu(), expected_result)
+    for got, want in zip(xs, expected, strict=True):
+        torch.testing.assert_close(got.cpu(), want)
+
+
+def test_functionalize_outside_lazy_tensors_still_refuses_a_writing_op() -> None:
+    """torch.func.functionalize on CPU tensors: torch's refusal, unchanged."""
+
+    def f(x: torch.Tensor) -> torch.Tensor:
         scale_first_row_(x, 2.0)
-    torch.testing.assert_close((x + 1).cpu(), torch.full((2, 3), 2.0))
+        return x
+
+    with pytest.raises(RuntimeError, match="lftest::scale_first_row_"):
+        torch.func.functionalize(f)(torch.ones(2, 3))
