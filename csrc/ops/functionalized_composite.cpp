@@ -1,8 +1,10 @@
 #include "ops/functionalized_composite.h"
 
 #include <ATen/FunctionalTensorWrapper.h>
+#include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
+#include <torch/csrc/autograd/variable.h>
 #include <torch/csrc/lazy/core/metrics.h>
 
 #include <atomic>
@@ -190,34 +192,21 @@ bool NeedsAtenComposite(const c10::OperatorHandle& op) {
 
 // A library's op that writes its arguments (torch.library.custom_op with
 // mutates_args): functionalization's fallback refuses any schema with alias
-// annotations. On lazy tensors it is functionalized here. An op with a
-// composite kernel (device_types=None) runs it on the functional tensors, so
-// its writes are recorded as a user's would be; an op with device kernels
-// only runs below functionalization (the eager fallback copies each written
-// argument back), and each written tensor takes its new value.
+// annotations. Its AutogradLazy kernel functionalizes it on lazy tensors;
+// a Functionalize kernel would stop
+// torch.compile's auto_functionalize from handling the op on other
+// tensors. An op with a composite kernel (device_types=None) runs it on the
+// functional tensors, so its writes are recorded as a user's would be; an op
+// with device kernels only runs below functionalization (the eager fallback
+// copies each written argument back), and each written tensor takes its new
+// value. torch registers no derivative for such an op (register_autograd
+// refuses one), and its autograd kernel records nothing, as here.
 void FunctionalizeWritingOp(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const c10::FunctionSchema& schema = op.schema();
   const size_t num_arguments = schema.arguments().size();
   const size_t first = stack->size() - num_arguments;
-  bool lazy = false;
-  for (size_t i = first; i < stack->size(); ++i) {
-    lazy = lazy || AnyTensorIn((*stack)[i], [](const at::Tensor& tensor) {
-             return tensor.defined() && tensor.device().is_lazy();
-           });
-  }
-  TORCH_CHECK(lazy,
-              "Found a custom (non-ATen) operator whose output has alias annotations: ",
-              schema,
-              ". Functionalization supports operators that write their arguments only on lazy "
-              "tensors (lazyfuse) and through torch.compile's auto_functionalize");
-  if (op.hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd)) {
-    TORCH_LAZY_COUNTER("LazyFuseFunctionalizedComposite", 1);
-    c10::Dispatcher::singleton().callBoxedForDispatchKey(
-        op, c10::DispatchKey::CompositeExplicitAutograd, stack);
-    return;
-  }
-  std::vector<size_t> written;
   std::vector<at::Tensor> wrappers;
+  std::vector<size_t> written;
   for (size_t i = 0; i < num_arguments; ++i) {
     const auto* alias = schema.arguments()[i].alias_info();
     if (alias != nullptr && alias->isWrite()) {
@@ -227,6 +216,18 @@ void FunctionalizeWritingOp(const c10::OperatorHandle& op, torch::jit::Stack* st
         return false;
       });
     }
+  }
+  for (const at::Tensor& wrapper : wrappers) {
+    if (wrapper.defined()) {
+      torch::autograd::impl::bump_version(wrapper);  // as ADInplaceOrView would
+    }
+  }
+  at::AutoDispatchBelowADInplaceOrView below_autograd;
+  if (op.hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd)) {
+    TORCH_LAZY_COUNTER("LazyFuseFunctionalizedComposite", 1);
+    c10::Dispatcher::singleton().callBoxedForDispatchKey(
+        op, c10::DispatchKey::CompositeExplicitAutograd, stack);
+    return;
   }
   for (size_t i = first; i < stack->size(); ++i) {
     ForEachTensorIn((*stack)[i], FromFunctional);
@@ -251,7 +252,7 @@ void FunctionalizeWritingOp(const c10::OperatorHandle& op, torch::jit::Stack* st
   }
   const size_t num_returns = schema.returns().size();
   for (size_t i = stack->size() - num_returns; i < stack->size(); ++i) {
-    ForEachTensorIn((*stack)[i], ToFunctional);
+    ForEachTensorIn((*stack)[i], LazyToFunctional);
   }
 }
 
@@ -268,7 +269,7 @@ bool NeedsWritingOpFunctionalization(const c10::OperatorHandle& op) {
   const auto name_space = op.operator_name().getNamespace();
   if ((name_space.has_value() && *name_space == "aten") || IsDistributedOp(op.operator_name()) ||
       !op.hasSchema() || op.hasKernelForDispatchKey(c10::DispatchKey::Functionalize) ||
-      !WritesArguments(op.schema())) {
+      op.hasKernelForDispatchKey(c10::DispatchKey::AutogradLazy) || !WritesArguments(op.schema())) {
     return false;
   }
   for (const c10::Argument& result : op.schema().returns()) {
@@ -333,7 +334,7 @@ class Registry final : public c10::OpRegistrationListener {
       }
       if (op && NeedsWritingOpFunctionalization(*op)) {
         add(name,
-            c10::DispatchKey::Functionalize,
+            c10::DispatchKey::AutogradLazy,
             c10::KernelFunction::makeFromBoxedFunction<&FunctionalizeWritingOp>(),
             "lazyfuse: library op that writes its arguments, functionalized on lazy tensors");
       }

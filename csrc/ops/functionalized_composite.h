@@ -13,7 +13,7 @@ namespace lazyfuse {
 // so its views and writes are recorded as a user's would be.
 //
 // A library's op that writes its arguments (mutates_args), which
-// functionalization's fallback refuses, gets a Functionalize kernel that
+// functionalization's fallback refuses, gets an AutogradLazy kernel that
 // functionalizes it on lazy tensors.
 //
 // Also gives every functional CompositeImplicitAutograd op without one a

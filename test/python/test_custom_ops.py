@@ -238,3 +238,28 @@ def test_functionalize_outside_lazy_tensors_still_refuses_a_writing_op() -> None
 
     with pytest.raises(RuntimeError, match="lftest::scale_first_row_"):
         torch.func.functionalize(f)(torch.ones(2, 3))
+
+
+def test_torch_compile_still_auto_functionalizes_a_writing_op() -> None:
+    """lazyfuse's kernel for such ops is on the lazy autograd key: a
+    Functionalize kernel would keep torch.compile from auto_functionalize."""
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        scale_first_row_(x, 2.0)
+        return x + 1
+
+    got = torch.compile(f, backend="aot_eager", fullgraph=True)(torch.ones(2, 3))
+    torch.testing.assert_close(got, torch.tensor([[3.0] * 3, [2.0] * 3]))
+
+
+def test_a_writing_op_on_a_tensor_that_requires_grad_writes_as_in_eager(
+    lazy: torch.device,
+) -> None:
+    """torch registers no derivative for an op that writes its arguments:
+    eager writes a leaf that requires grad without complaint."""
+    expected = torch.ones(2, 3, requires_grad=True)
+    x = torch.ones(2, 3).to(lazy).requires_grad_()
+    scale_first_row_(expected, 2.0)
+    scale_first_row_(x, 2.0)
+    lazyfuse.mark_step()
+    torch.testing.assert_close(x.detach().cpu(), expected.detach())
