@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import pytest
 import torch
+from test_inplace_index_writes import INDEX_WRITES
 
 import lazyfuse
 
@@ -46,6 +47,7 @@ WRITES: dict[str, Callable[[torch.Tensor, torch.Tensor, int], None]] = {
     "select": write_select,
     "diagonal": write_diagonal,
     "as_strided": write_as_strided,
+    **INDEX_WRITES,  # index_copy_, x[idx] = v, scatter_ and their kin
 }
 
 
