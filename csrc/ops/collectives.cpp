@@ -157,12 +157,9 @@ torch::lazy::Shape FunctionalOutput(const std::string& op,
 void Assign(const at::Tensor& tensor, const torch::lazy::Value& value) {
   if (at::functionalization::impl::isFunctionalTensor(tensor)) {
     const at::Tensor inner = FromFunctional(tensor);
-    at::functionalization::impl::replace_(
-        tensor,
-        torch::lazy::CreateAtenFromLtcTensor(torch::lazy::LazyTensor::Create(
-            value, torch::lazy::TryGetLtcTensor(inner)->GetDevice())));
-    at::functionalization::impl::commit_update(tensor);
-    at::functionalization::impl::sync(tensor);
+    TakeWrittenValue(tensor,
+                     torch::lazy::CreateAtenFromLtcTensor(torch::lazy::LazyTensor::Create(
+                         value, torch::lazy::TryGetLtcTensor(inner)->GetDevice())));
   } else {
     torch::lazy::TryGetLtcTensor(tensor)->SetInPlaceIrValue(value);
   }

@@ -120,6 +120,25 @@ inline at::Tensor FromFunctional(const at::Tensor& tensor) {
   return at::functionalization::impl::from_functional_tensor(tensor);
 }
 
+// What functionalization does once an op has written a functional tensor:
+// it takes `value`, and its base and the views of that base see the write.
+inline void TakeWrittenValue(const at::Tensor& functional, const at::Tensor& value) {
+  at::functionalization::impl::replace_(functional, value);
+  at::functionalization::impl::commit_update(functional);
+  at::functionalization::impl::sync(functional);
+}
+
+// From an AutogradLazy kernel: the Autograd alias kernel (VariableType),
+// reached through the key every backend without an autograd key of its own
+// uses.
+inline void PassToAutograd(const c10::OperatorHandle& op,
+                           c10::DispatchKeySet keys,
+                           torch::jit::Stack* stack) {
+  op.redispatchBoxed(
+      keys.remove(c10::DispatchKey::AutogradFunctionality).add(c10::DispatchKey::AutogradOther),
+      stack);
+}
+
 // What functionalization's fallback does with an op it has no kernel for:
 // unwraps the arguments, calls the op below functionalization, wraps the
 // results. A Functionalize kernel that handles lazy tensors leaves every

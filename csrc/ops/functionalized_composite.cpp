@@ -245,9 +245,7 @@ void FunctionalizeWritingOp(const c10::OperatorHandle& op, torch::jit::Stack* st
   }
   for (size_t k = 0; k < wrappers.size(); ++k) {
     if (wrappers[k].defined() && at::functionalization::impl::isFunctionalTensor(wrappers[k])) {
-      at::functionalization::impl::replace_(wrappers[k], inner[k]);
-      at::functionalization::impl::commit_update(wrappers[k]);
-      at::functionalization::impl::sync(wrappers[k]);
+      TakeWrittenValue(wrappers[k], inner[k]);
     }
   }
   const size_t num_returns = schema.returns().size();

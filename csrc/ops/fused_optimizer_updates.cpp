@@ -37,10 +37,7 @@ class FusedListUpdate final : public c10::OperatorKernel {
       lazy = AnyTensorIn((*stack)[i], IsLazyFunctional);
     }
     if (!lazy) {
-      // The Autograd alias kernel, as for every backend without its own.
-      op.redispatchBoxed(
-          keys.remove(c10::DispatchKey::AutogradFunctionality).add(c10::DispatchKey::AutogradOther),
-          stack);
+      PassToAutograd(op, keys, stack);
       return;
     }
     std::vector<std::vector<at::Tensor>> targets;
@@ -77,11 +74,8 @@ class FusedListUpdate final : public c10::OperatorKernel {
                   op.schema().arguments()[written_[k]].name(),
                   "'");
       for (size_t j = 0; j < values.size(); ++j) {
-        const at::Tensor& target = targets[k][j];
-        torch::autograd::impl::bump_version(target);
-        at::functionalization::impl::replace_(target, values[j]);
-        at::functionalization::impl::commit_update(target);
-        at::functionalization::impl::sync(target);
+        torch::autograd::impl::bump_version(targets[k][j]);
+        TakeWrittenValue(targets[k][j], values[j]);
       }
     }
   }

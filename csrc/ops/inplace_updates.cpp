@@ -119,20 +119,8 @@ class InplaceUpdate final : public c10::OperatorKernel {
       // anything is written.
       torch::autograd::impl::bump_version(self);
     }
-    at::functionalization::impl::replace_(self, result);
-    at::functionalization::impl::commit_update(self);
-    at::functionalization::impl::sync(self);
+    TakeWrittenValue(self, result);
     torch::jit::push(*stack, self);
-  }
-
-  // The Autograd alias kernel (VariableType), reached through the key every
-  // backend without an autograd key of its own uses.
-  static void PassToAutograd(const c10::OperatorHandle& op,
-                             c10::DispatchKeySet keys,
-                             torch::jit::Stack* stack) {
-    op.redispatchBoxed(
-        keys.remove(c10::DispatchKey::AutogradFunctionality).add(c10::DispatchKey::AutogradOther),
-        stack);
   }
 
   // Runs the functional partner on the unwrapped lazy tensors of the
