@@ -99,7 +99,17 @@ at::Tensor KernelArgs::BaseToScatterInto(size_t input) {
   if (!may_overwrite(input)) {
     return at::Tensor();
   }
+  // Read by the step through another operand too (`y.scatter(1, index, y)`,
+  // HF's top-p sampling): ATen refuses to write a tensor it also reads. Two
+  // buffers may hold one tensor (runtime/result_aliases.h), so compare memory.
   const at::Tensor& base = slots_[inputs_[input]];
+  for (size_t k = 0; k < inputs_.size(); ++k) {
+    const at::Tensor& other = slots_[inputs_[k]];
+    if (k != input && other.defined() && other.has_storage() && base.has_storage() &&
+        other.is_alias_of(base)) {
+      return at::Tensor();
+    }
+  }
   // As the lazy tensor describes it (at offset 0 of a storage of its own),
   // so that an as_strided view means the same on it as on the lazy tensor.
   const bool whole = WritableInPlace(base, device_) && base.storage_offset() == 0 &&
@@ -112,7 +122,7 @@ bool KernelArgs::ScatterInto(size_t input, const at::Tensor& view, const at::Ten
   // Where ATen's scatter would raise (a src of another size, a view whose
   // elements overlap) or convert (a src of another dtype), its own call runs
   // instead. src never shares the base's memory: the base is alone in its
-  // storage.
+  // storage, and no other operand of the step is the base.
   if (view.sizes() != src.sizes() || view.scalar_type() != src.scalar_type() ||
       src.device() != view.device() || at::has_internal_overlap(view) == at::MemOverlap::Yes) {
     return false;

@@ -199,12 +199,12 @@ class Builder:
         elif roll < 0.985:
             a, b = self.pick(False), self.pick(False)
             self.add(out, "inplace_add", [a.name, b.name], exact=False)
-        elif roll < 0.993:
+        elif roll < 0.99:
             a = self.pick(False)
             self.add(out, "view_write", [a.name, str(rng.randint(0, 7))], exact=False)
         else:
             a = self.pick(False)
-            self.add(out, "index_write", [a.name, str(rng.randint(0, 7))], exact=False)
+            self.add(out, "index_write", [a.name, str(rng.randint(0, 9))], exact=False)
 
     def scalar(self) -> object:
         return self.rng.choice(BOUNDARY_SCALARS if self.rng.random() < 0.35 else SCALARS)

@@ -177,7 +177,7 @@ def view_write(t: torch.Tensor, salt: int) -> torch.Tensor:
     if y.dim() == 0 or y.numel() == 0:
         return y.mul_(2)
     d = salt % y.dim()
-    kind = salt % 4
+    kind = salt % 5
     if kind == 0:
         every_other = y[..., ::2]
         every_other.copy_(every_other * 2 + 1)  # slice_scatter of a new src
@@ -201,7 +201,7 @@ def index_write(t: torch.Tensor, salt: int) -> torch.Tensor:
     d = salt % y.dim()
     n = y.shape[d]
     index = torch.tensor([(salt * 5 + k) % n for k in range(3)], device=y.device)
-    kind = salt % 4
+    kind = salt % 5
     if kind == 0:
         y.index_copy_(d, index[:1], y.index_select(d, index[-1:]) * 3)
     elif kind == 1:
@@ -210,8 +210,13 @@ def index_write(t: torch.Tensor, salt: int) -> torch.Tensor:
         shape = list(y.shape)
         shape[d] = 1
         y.scatter_add_(d, index[:1].reshape([1] * y.dim()).expand(shape), y.narrow(d, 0, 1))
-    else:
+    elif kind == 3:
         y[index - n] = salt - 3.5
+    else:
+        shape = [1] * y.dim()
+        shape[d] = n
+        order = (torch.arange(n, device=y.device) + salt).remainder(n).reshape(shape)
+        y = y.scatter(d, order.expand(y.shape), y)
     return y
 
 

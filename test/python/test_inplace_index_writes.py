@@ -6,7 +6,8 @@ instead of copying the whole base (test_inplace_scatter.py runs INDEX_WRITES
 with the view writes). index_copy ran eagerly before, a graph break per
 write. ATen checks an index while it writes, so on the CPU the
 indices are checked first: a bad index raises eager's error with the base
-untouched."""
+untouched. A write that reads its own base (HF's top-p mask) stays
+functional: ATen refuses to write a tensor it reads."""
 
 from __future__ import annotations
 
@@ -147,6 +148,50 @@ def test_a_held_view_keeps_the_base_out_of_place(engine: str) -> None:
     lazyfuse.mark_step()
     assert torch.equal(x.cpu(), expected)
     assert torch.equal(held.cpu(), expected_held)
+
+
+def permuted(x: torch.Tensor) -> torch.Tensor:
+    return torch.tensor([[3, 0, 5, 1, 4, 2, 6]] * 6, device=x.device)
+
+
+# Writes whose written base is also what they write (or where they read):
+# `mask.scatter(1, order, mask)` in HF's top-p sampling. ATen refuses to
+# write a tensor it reads, so the step takes its functional call.
+SELF_WRITES: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "scatter": lambda x: x.scatter(1, permuted(x), x),
+    "scatter_add": lambda x: x.scatter_add(1, permuted(x), x),
+    "scatter_reduce": lambda x: x.scatter(1, permuted(x), x, reduce="add"),
+    "index_copy": lambda x: x.index_copy(0, permuted(x)[0, :6], x),
+    "index_add": lambda x: x.index_add(0, permuted(x)[0, :6], x, alpha=2.0),
+    "index_put": lambda x: x.index_put((permuted(x)[0, :6],), x),
+    "index_put_accumulate": lambda x: x.index_put((permuted(x)[0, :6],), x, accumulate=True),
+    "setitem": lambda x: x.__setitem__(slice(None), x) or x,
+    "through_a_detached_alias": lambda x: x.scatter(1, permuted(x), x.detach()),
+}
+
+
+@pytest.mark.parametrize("write", sorted(SELF_WRITES))
+def test_a_write_that_reads_its_own_base(engine: str, write: str) -> None:
+    torch.manual_seed(0)
+    base = torch.randn(6, 7)
+    expected = SELF_WRITES[write](base.clone())
+    # An intermediate of the graph: the run owns it, and may write over it.
+    got = SELF_WRITES[write](base.to(lazyfuse.lazy_device()) * 1)
+    assert torch.equal(got.cpu(), expected)
+
+
+def test_hugging_face_top_p_sampling_masks_as_eager() -> None:
+    logits_process = pytest.importorskip(
+        "transformers.generation.logits_process", reason="scripts/setup_env.sh installs it"
+    )
+
+    torch.manual_seed(0)
+    scores = torch.randn(3, 50)
+    ids = torch.zeros(3, 1, dtype=torch.long)
+    for warper in (logits_process.TopPLogitsWarper(0.8), logits_process.TopKLogitsWarper(5)):
+        expected = warper(ids, scores.clone())
+        got = warper(ids.to(lazyfuse.lazy_device()), scores.to(lazyfuse.lazy_device()) * 1)
+        assert torch.equal(got.cpu(), expected), type(warper).__name__
 
 
 def test_hugging_face_generate_with_a_static_cache_writes_it_in_place() -> None:
