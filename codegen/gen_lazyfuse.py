@@ -124,7 +124,12 @@ OWN_STEPS = {
     "max_pool2d_with_indices": "lazyfuse::MaxPool2dWithIndicesStep",  # ops/max_pool_step.h
     "as_strided_copy": "lazyfuse::AsStridedCopyStep",  # ops/storage_view_steps.h
     "as_strided_scatter": "lazyfuse::AsStridedScatterStep",
+    # ops/batch_norm_step.h
+    "_native_batch_norm_legit_functional": "lazyfuse::BatchNormTrainingStep",
 }
+# Own steps that may write results into inputs the run owns: they take the
+# step's KernelArgs first.
+OWN_STEPS_WRITING_INPUTS = {"_native_batch_norm_legit_functional"}
 
 # Scatters into a view of their first operand, by the view they write: with
 # the base's memory the run's to overwrite, `base[...] = src` writes its part
@@ -274,7 +279,7 @@ class GenLazyFuseIR(GenLazyIR):
         if op_name in SCATTER_VIEWS:
             view_args = ["lf_base", *call_args[2:]]  # the scatter's, without src
             reads.append(
-                "if (at::Tensor lf_base = args.BaseToScatterInto(0); lf_base.defined()) {\n"
+                "if (at::Tensor lf_base = args.InputToWriteInto(0); lf_base.defined()) {\n"
                 f"        at::Tensor lf_view = at::_ops::{SCATTER_VIEWS[op_name]}::call("
                 f"{', '.join(view_args)});\n"
                 f"        if (args.ScatterInto(0, lf_view, {call_args[1]})) {{\n"
@@ -294,7 +299,7 @@ class GenLazyFuseIR(GenLazyIR):
                 "      }"
             )
         runs = OWN_STEPS.get(op_name, f"at::_ops::{aten_op}::call")
-        run_args = list(call_args)
+        run_args = ["args", *call_args] if op_name in OWN_STEPS_WRITING_INPUTS else list(call_args)
         if op_name in OWN_LOOPS_WITH_FUSED_KERNELS:
             captures.append("const bool lf_own_loop = lazyfuse::FusedKernelsEnabled();")
             run_args.append("lf_own_loop")

@@ -1,4 +1,5 @@
-// native_batch_norm and its backward with shapes from their meta kernels.
+// native_batch_norm and its backward with shapes from their meta kernels; a
+// training step's running statistics as the node's results.
 // torch's compute_shape_native_batch_norm gives the saved mean and inverse
 // std the default dtype when there are no running stats, so a float64 batch
 // norm saved float32 statistics and its backward failed on mixed dtypes; its
@@ -127,6 +128,31 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> LazyNativeFunctions::native_batch
     }
     return result_shapes;
   };
+  if (training && mean_value && var_value) {
+    // ATen's kernel writes the running statistics, though the schema says
+    // it does not, so functionalization never learns of it: the node returns
+    // them, and they take their new values here, as eager's update would.
+    const auto shapes_and_statistics = [&] {
+      std::vector<torch::lazy::Shape> result_shapes = shapes();
+      for (const at::Tensor& statistic : {*running_mean, *running_var}) {
+        result_shapes.emplace_back(statistic.scalar_type(), statistic.sizes().vec());
+      }
+      return result_shapes;
+    };
+    const torch::lazy::NodePtr node =
+        ReuseOrMakeWithShapes<NativeBatchNormLegitFunctional>(shapes_and_statistics,
+                                                              input_value,
+                                                              weight_value,
+                                                              bias_value,
+                                                              *mean_value,
+                                                              *var_value,
+                                                              training,
+                                                              momentum,
+                                                              eps);
+    torch::lazy::TryGetLtcTensor(*running_mean)->SetInPlaceIrValue(torch::lazy::Value(node, 3));
+    torch::lazy::TryGetLtcTensor(*running_var)->SetInPlaceIrValue(torch::lazy::Value(node, 4));
+    return ThreeResults(node, *device);
+  }
   const torch::lazy::NodePtr node = ReuseOrMakeWithShapes<NativeBatchNorm>(shapes,
                                                                            input_value,
                                                                            weight_value,

@@ -40,7 +40,7 @@ at::Tensor BaseToWriteAlong(KernelArgs& args,
                             int64_t dim,
                             const at::Tensor& index,
                             bool negative_wraps) {
-  at::Tensor base = args.BaseToScatterInto(0);
+  at::Tensor base = args.InputToWriteInto(0);
   if (!base.defined() || base.dim() == 0 || index.device() != base.device()) {
     return at::Tensor();
   }
@@ -56,7 +56,7 @@ at::Tensor BaseToWriteAlong(KernelArgs& args,
 at::Tensor BaseToIndexPut(KernelArgs& args,
                           const c10::List<std::optional<at::Tensor>>& indices,
                           const at::Tensor& values) {
-  at::Tensor base = args.BaseToScatterInto(0);
+  at::Tensor base = args.InputToWriteInto(0);
   if (!base.defined() || values.scalar_type() != base.scalar_type() ||
       values.device() != base.device() || static_cast<int64_t>(indices.size()) > base.dim()) {
     return at::Tensor();

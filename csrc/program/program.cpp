@@ -95,7 +95,7 @@ at::Tensor KernelArgs::PassInput(size_t input) {
   return tensor;
 }
 
-at::Tensor KernelArgs::BaseToScatterInto(size_t input) {
+at::Tensor KernelArgs::InputToWriteInto(size_t input) {
   if (!may_overwrite(input)) {
     return at::Tensor();
   }

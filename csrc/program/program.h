@@ -84,13 +84,16 @@ class KernelArgs {
   // tensor over the same memory would keep later steps from writing over
   // it. Undefined when the input lives on.
   at::Tensor PassInput(size_t input);
-  // For a scatter into a view of input `input` (slice_scatter and its kin,
-  // functionalization's form of `base[...] = src`): the base, when the step
-  // may write into it as eager does, instead of copying all of it to change
-  // a part; undefined otherwise. ScatterInto then copies `src` into `view`,
-  // a view of that base, and records the overwrite; it returns false,
-  // writing nothing, where the scatter's own call must run (and raise).
-  at::Tensor BaseToScatterInto(size_t input);
+  // Input `input`, for a step that writes a result into it as eager's
+  // in-place op would (a scatter into a view of it, functionalization's form
+  // of `base[...] = src`; an indexed write; batch norm's running statistics),
+  // instead of copying all of it to change it: defined when the run owns it,
+  // the step reads it last and through no other operand, and it is alone in
+  // a storage of its own. The step records the write (overwrote()) before
+  // writing. ScatterInto copies `src` into `view`, a view of that input, and
+  // records the overwrite; it returns false, writing nothing, where the
+  // scatter's own call must run (and raise).
+  at::Tensor InputToWriteInto(size_t input);
   bool ScatterInto(size_t input, const at::Tensor& view, const at::Tensor& src);
 
  private:

@@ -75,11 +75,16 @@ def mlp(width: int = 32) -> nn.Module:
     )
 
 
+def model_state(model: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    """Parameters and buffers: batch norm's running statistics and count
+    change in a training step as much as the weights do."""
+    for name, value in model.state_dict().items():
+        yield name, value.detach().cpu()
+
+
 def compare(eager_model: nn.Module, lazy_model: nn.Module) -> None:
-    for (name, e), (_, z) in zip(
-        eager_model.named_parameters(), lazy_model.named_parameters(), strict=True
-    ):
-        torch.testing.assert_close(z.detach().cpu(), e.detach(), msg=f"parameter {name}")
+    for (name, e), (_, z) in zip(model_state(eager_model), model_state(lazy_model), strict=True):
+        torch.testing.assert_close(z, e, msg=f"state {name}")
 
 
 def lenet_batches(steps: int) -> list[Batch]:
@@ -140,13 +145,13 @@ def test_mlp_adam_matches_eager(lazy: torch.device, emulated: bool) -> None:
     assert lazyfuse.metrics.fallback_counts() == {}
 
 
-def cnn() -> nn.Module:
+def cnn(dropout: float = 0.2) -> nn.Module:
     return nn.Sequential(
         nn.Conv2d(3, 8, 3, padding=1),
         nn.BatchNorm2d(8),
         nn.ReLU(),
         nn.MaxPool2d(2),
-        nn.Dropout(0.2),
+        nn.Dropout(dropout),
         nn.Flatten(),
         nn.Linear(8 * 4 * 4, 10),
     )
@@ -163,10 +168,10 @@ def sgd_momentum(m: nn.Module) -> torch.optim.Optimizer:
 
 
 def train_cnn(
-    lazy: torch.device, training: bool
+    lazy: torch.device, training: bool, dropout: float = 0.2
 ) -> tuple[list[float], nn.Module, list[float], nn.Module]:
     torch.manual_seed(0)
-    model = cnn().train(training)
+    model = cnn(dropout).train(training)
     batches = cnn_batches(20)
     eager_losses, eager_model = train(
         copy.deepcopy(model), sgd_momentum, F.cross_entropy, batches, torch.device("cpu")
@@ -189,6 +194,63 @@ def test_cnn_eval_mode_matches_eager_exactly(lazy: torch.device, emulated: bool)
     else:
         torch.testing.assert_close(lazy_losses, eager_losses)
         compare(eager_model, lazy_model)
+    assert lazyfuse.metrics.fallback_counts() == {}
+
+
+@KERNELS
+@pytest.mark.usefixtures("donation_on")
+def test_cnn_train_mode_without_dropout_matches_eager(lazy: torch.device, emulated: bool) -> None:
+    # Batch norm normalises with the batch's statistics and updates its
+    # running ones each step; with no dropout draws, every step is
+    # deterministic, so the running statistics must be eager's too.
+    updated_in_place = lazyfuse.metrics.counter_value("LazyFuseInPlaceStatistics")
+    with fused_kernels(emulated):
+        eager_losses, eager_model, lazy_losses, lazy_model = train_cnn(
+            lazy, training=True, dropout=0.0
+        )
+    if emulated or ON_CUDA:
+        torch.testing.assert_close(lazy_losses, eager_losses, rtol=1e-5, atol=1e-6)
+        compare_close(eager_model, lazy_model)
+    else:
+        torch.testing.assert_close(lazy_losses, eager_losses)
+        compare(eager_model, lazy_model)
+    assert lazyfuse.metrics.fallback_counts() == {}
+    # Both running statistics, every step, in their own memory, as eager's.
+    in_place = lazyfuse.metrics.counter_value("LazyFuseInPlaceStatistics") - updated_in_place
+    assert in_place == 2 * len(lazy_losses)
+
+
+BATCH_NORMS: dict[str, Callable[[], nn.Module]] = {
+    "1d": lambda: nn.BatchNorm1d(3),
+    "2d": lambda: nn.BatchNorm2d(3),
+    "3d": lambda: nn.BatchNorm3d(3),
+    "cumulative": lambda: nn.BatchNorm2d(3, momentum=None),
+    "no_affine": lambda: nn.BatchNorm2d(3, affine=False),
+    "half": lambda: nn.BatchNorm2d(3).half(),
+}
+BATCH_NORM_INPUTS = {"1d": (5, 3), "3d": (2, 3, 2, 3, 3)}
+
+
+@pytest.mark.parametrize("read", ["statistics_first", "output_first", "after_mark_step"])
+@pytest.mark.parametrize("kind", sorted(BATCH_NORMS))
+def test_batch_norm_running_statistics_as_eager(lazy: torch.device, kind: str, read: str) -> None:
+    # ATen's native_batch_norm writes the running statistics though its
+    # schema says it does not; they were once written only when, and where,
+    # the graph's step ran: a read before any sync saw the old values.
+    torch.manual_seed(0)
+    eager = BATCH_NORMS[kind]()
+    model = copy.deepcopy(eager).to(lazy)
+    dtype = next(iter(eager.state_dict().values())).dtype
+    for _ in range(3):
+        x = torch.randn(*BATCH_NORM_INPUTS.get(kind, (2, 3, 4, 4))).to(dtype)
+        expected = eager(x)
+        got = model(x.to(lazy))
+        if read == "output_first":
+            torch.testing.assert_close(got.cpu(), expected)
+        elif read == "after_mark_step":
+            lazyfuse.mark_step()
+        for (name, e), (_, z) in zip(model_state(eager), model_state(model), strict=True):
+            torch.testing.assert_close(z, e, msg=f"{name} ({read})")
     assert lazyfuse.metrics.fallback_counts() == {}
 
 
@@ -248,12 +310,8 @@ def test_transformer_encoder_adamw_schedule_compiles_twice(
 
 
 def compare_close(eager_model: nn.Module, lazy_model: nn.Module) -> None:
-    for (name, e), (_, z) in zip(
-        eager_model.named_parameters(), lazy_model.named_parameters(), strict=True
-    ):
-        torch.testing.assert_close(
-            z.detach().cpu(), e.detach(), rtol=1e-4, atol=1e-5, msg=f"parameter {name}"
-        )
+    for (name, e), (_, z) in zip(model_state(eager_model), model_state(lazy_model), strict=True):
+        torch.testing.assert_close(z, e, rtol=1e-4, atol=1e-5, msg=f"state {name}")
 
 
 def test_lstm_forward_and_backward_match_eager(lazy: torch.device) -> None:
