@@ -99,23 +99,25 @@ at::Tensor KernelArgs::InputToWriteInto(size_t input) {
   if (!may_overwrite(input)) {
     return at::Tensor();
   }
-  // Read by the step through another operand too (`y.scatter(1, index, y)`,
-  // HF's top-p sampling): ATen refuses to write a tensor it also reads. Two
-  // buffers may hold one tensor (runtime/result_aliases.h), so compare memory.
   const at::Tensor& base = slots_[inputs_[input]];
-  for (size_t k = 0; k < inputs_.size(); ++k) {
-    const at::Tensor& other = slots_[inputs_[k]];
-    if (k != input && other.defined() && other.has_storage() && base.has_storage() &&
-        other.is_alias_of(base)) {
-      return at::Tensor();
-    }
-  }
   // As the lazy tensor describes it (at offset 0 of a storage of its own),
   // so that an as_strided view means the same on it as on the lazy tensor.
   const bool whole = WritableInPlace(base, device_) && base.storage_offset() == 0 &&
                      base.storage().nbytes() == base.nbytes() &&
                      !base.unsafeGetTensorImpl()->is_wrapped_number();
-  return whole ? base : at::Tensor();
+  if (!whole) {
+    return at::Tensor();
+  }
+  // Read by the step through another operand too (`y.scatter(1, index, y)`,
+  // HF's top-p sampling): ATen refuses to write a tensor it also reads. Two
+  // buffers may hold one tensor (runtime/result_aliases.h), so compare memory.
+  for (size_t k = 0; k < inputs_.size(); ++k) {
+    const at::Tensor& other = slots_[inputs_[k]];
+    if (k != input && other.defined() && other.has_storage() && other.is_alias_of(base)) {
+      return at::Tensor();
+    }
+  }
+  return base;
 }
 
 bool KernelArgs::ScatterInto(size_t input, const at::Tensor& view, const at::Tensor& src) {
