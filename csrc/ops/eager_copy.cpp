@@ -34,6 +34,7 @@ void Copy(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::S
     return;
   }
   FunctionalizationCopy()->callBoxed(op, keys, stack);
+  SyncBaseOfWrittenView(self);
 }
 
 // The dispatcher warns when a kernel replaces another; this replacement is

@@ -120,12 +120,31 @@ inline at::Tensor FromFunctional(const at::Tensor& tensor) {
   return at::functionalization::impl::from_functional_tensor(tensor);
 }
 
+// After a write through a view, functionalization's storage holds the
+// written base, but the base tensor keeps its old value until the base itself
+// is read (reading another view of it does not). That old value holds the
+// pre-write buffer, which the next run may then neither write over nor free:
+// a KV cache written a token at a time (`cache[:, :, t] = k`, read only
+// through views) was copied whole by its first write and kept twice over.
+// Regenerating the base now costs no op, as the storage has the write.
+inline void SyncBaseOfWrittenView(const at::Tensor& written) {
+  if (!written.defined() || !written.is_view()) {
+    return;
+  }
+  const at::Tensor base(written._base());
+  if (base.defined() && base.device().is_lazy() &&
+      at::functionalization::impl::isFunctionalTensor(base)) {
+    at::functionalization::impl::sync(base);
+  }
+}
+
 // What functionalization does once an op has written a functional tensor:
 // it takes `value`, and its base and the views of that base see the write.
 inline void TakeWrittenValue(const at::Tensor& functional, const at::Tensor& value) {
   at::functionalization::impl::replace_(functional, value);
   at::functionalization::impl::commit_update(functional);
   at::functionalization::impl::sync(functional);
+  SyncBaseOfWrittenView(functional);
 }
 
 // From an AutogradLazy kernel: the Autograd alias kernel (VariableType),

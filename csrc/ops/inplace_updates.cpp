@@ -100,6 +100,7 @@ class InplaceUpdate final : public c10::OperatorKernel {
         CheckInplaceResult(op, self, CallFunctional(&probe));
       }
       PassToAutograd(op, keys, stack);
+      SyncBaseOfWrittenView(self);
       return;
     }
     Update(op, self, stack, /*bump_version=*/true);
