@@ -175,9 +175,7 @@ def test_a_donated_input_no_step_writes_over_goes_at_its_last_read(
 def kv_cache_decoding(device: torch.device, tokens: int = 4) -> tuple[int, torch.Tensor]:
     """A cache written a token at a time through a view and read only
     through views, as a decoder's attention reads it: peak bytes from the
-    cache's upload on. (Uploaded, not made by a kernel: emulated CUDA pads
-    each kernel output with guard bytes, and a write may only go in place
-    into memory the tensor has to itself.)"""
+    cache's upload on."""
     torch.manual_seed(0)
     keys = torch.randn(tokens, 2, 4, 64)
     initial = torch.zeros(2, 4, 16, 64)

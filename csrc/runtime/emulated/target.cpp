@@ -1,6 +1,8 @@
 #include "runtime/emulated/target.h"
 
+#include <ATen/EmptyTensor.h>
 #include <ATen/Functions.h>
+#include <c10/core/CPUAllocator.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/lazy/core/hash.h>
 #include <unistd.h>
@@ -19,6 +21,38 @@ namespace {
 // after the launch. A multiple of 16 keeps outputs aligned for vectors.
 constexpr int64_t kGuardBytes = 64;
 constexpr unsigned char kGuardByte = 0xA5;
+
+// The guard bytes lie outside the storage, so that an output is a storage of
+// its own at offset 0, as a GPU output is: what takes only whole tensors
+// (a write in place into a step's input, donation) treats both alike.
+class GuardedAllocator final : public c10::Allocator {
+ public:
+  c10::DataPtr allocate(size_t n) override {
+    // torch's CPU allocator, which reports to the profiler as eager's does.
+    auto* raw = new c10::DataPtr(c10::GetCPUAllocator()->allocate(n + 2 * kGuardBytes));
+    auto* bytes = static_cast<unsigned char*>(raw->get());
+    std::memset(bytes, kGuardByte, n + 2 * kGuardBytes);
+    return {bytes + kGuardBytes, raw, &Release, c10::Device(c10::kCPU)};
+  }
+
+  void copy_data(void* dest, const void* src, size_t count) const override {
+    std::memcpy(dest, src, count);
+  }
+
+  static bool Allocated(const c10::Storage& storage) {
+    return storage.data_ptr().get_deleter() == &Release;
+  }
+
+ private:
+  static void Release(void* context) {
+    delete static_cast<c10::DataPtr*>(context);
+  }
+};
+
+c10::Allocator* Guarded() {
+  static auto* allocator = new GuardedAllocator;  // outlives every tensor
+  return allocator;
+}
 
 // The entry point appended after the kernel: binds the thread's env and
 // calls the kernel with each argument read from its 8-byte slot.
@@ -147,14 +181,8 @@ class EmulatedTarget : public KernelTarget {
   }
 
   at::Tensor NewOutput(const std::vector<int64_t>& sizes, at::ScalarType dtype) override {
-    int64_t numel = 1;
-    for (int64_t size : sizes) {
-      numel *= size;
-    }
-    const int64_t bytes = numel * static_cast<int64_t>(c10::elementSize(dtype));
-    at::Tensor raw = at::empty({bytes + 2 * kGuardBytes}, at::kByte);
-    std::memset(raw.data_ptr(), kGuardByte, static_cast<size_t>(bytes + 2 * kGuardBytes));
-    return raw.narrow(0, kGuardBytes, bytes).view(dtype).view(sizes);
+    return at::detail::empty_generic(
+        sizes, Guarded(), c10::DispatchKeySet(c10::DispatchKey::CPU), dtype, std::nullopt);
   }
 
   void Launch(const LoadedKernel& kernel,
@@ -192,18 +220,17 @@ class EmulatedTarget : public KernelTarget {
                           const std::string& path,
                           const char* role,
                           size_t k) {
-    // Through the storage: an empty output's data_ptr() is null, but its
-    // guard bytes are still there around it.
-    const auto* data = static_cast<const unsigned char*>(output.storage().data()) +
-                       output.storage_offset() * static_cast<int64_t>(output.element_size());
-    const int64_t bytes = output.numel() * static_cast<int64_t>(output.element_size());
-    TORCH_CHECK(output.storage().nbytes() >= static_cast<size_t>(bytes + 2 * kGuardBytes),
+    TORCH_CHECK(GuardedAllocator::Allocated(output.storage()),
                 "lazyfuse: emulated kernel ",
                 name,
                 ": ",
                 role,
                 k,
                 " was not allocated with guard bytes");
+    // Through the storage: an empty output's data_ptr() is null, but its
+    // guard bytes are still there around it.
+    const auto* data = static_cast<const unsigned char*>(output.storage().data());
+    const auto bytes = static_cast<int64_t>(output.storage().nbytes());
     for (int64_t i = 1; i <= kGuardBytes; ++i) {
       TORCH_CHECK(data[-i] == kGuardByte && data[bytes + i - 1] == kGuardByte,
                   "lazyfuse: emulated kernel ",
