@@ -34,6 +34,8 @@ struct Capture {
   std::unordered_map<DataKey, WeakTensor> live_data;
   std::unordered_map<DataKey, WeakTensor> live_bases;
   std::unordered_set<const c10::TensorImpl*> live_before;
+  // Their storages: a view shares its base's (functionalization's storage).
+  std::unordered_set<const c10::StorageImpl*> live_storages;
   std::unordered_map<const c10::TensorImpl*, WeakTensor> grad_owner;
   std::unordered_map<DataKey, size_t> transfers;  // to the host argument's index
   std::unordered_set<DataKey> unspecified;
@@ -278,6 +280,9 @@ void BeginCapture(const std::vector<at::Tensor>& arguments, const std::vector<at
   NoteGradOwners(live, &t_capture.grad_owner);
   for (const at::Tensor& tensor : live) {
     t_capture.live_before.insert(tensor.unsafeGetTensorImpl());
+    if (tensor.has_storage()) {
+      t_capture.live_storages.insert(tensor.storage().unsafeGetStorageImpl());
+    }
     NoteSharedWithArgument(tensor);
     // A view is read through its base: binding the view itself would read a
     // value functionalization may be about to regenerate.
@@ -333,6 +338,11 @@ std::shared_ptr<StepRecord> EndCapture(const std::vector<at::Tensor>& live,
   std::unordered_set<const c10::TensorImpl*> returned_new;
   for (const at::Tensor& tensor : returned) {
     RecordedReturn entry;
+    if (tensor.has_storage() &&
+        capture.live_storages.count(tensor.storage().unsafeGetStorageImpl()) != 0 &&
+        capture.live_before.count(tensor.unsafeGetTensorImpl()) == 0) {
+      entry.view_of_state = WeakTensor(tensor.getIntrusivePtr());
+    }
     torch::lazy::LazyTensorPtr lazy = torch::lazy::TryGetLtcTensor(tensor);
     torch::lazy::BackendDataPtr data = lazy ? lazy->CurrentDataHandle() : nullptr;
     auto argument = capture.argument_impls.find(tensor.unsafeGetTensorImpl());
