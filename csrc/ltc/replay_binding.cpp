@@ -30,6 +30,16 @@ bool ArgumentMatches(const RecordedArgument& recorded, const at::Tensor& argumen
          argument.strides() == c10::IntArrayRef(recorded.strides);
 }
 
+bool OwnsItsMemory(const at::Tensor& tensor) {
+  // Each view holds its base's functional storage.
+  return at::functionalization::impl::isFunctionalTensor(tensor) &&
+         at::functionalization::impl::isBaseTensor(tensor) && tensor.storage().use_count() == 1;
+}
+
+at::Tensor WriteTarget(const RecordedWrite& write, const std::vector<at::Tensor>& arguments) {
+  return write.argument ? arguments.at(*write.argument) : at::Tensor(write.target.lock());
+}
+
 namespace {
 
 bool ArgumentsBindAsRecorded(const StepRecord& record, const std::vector<at::Tensor>& arguments) {
@@ -74,7 +84,7 @@ bool RequiresGradChanged(const StepRecord& record) {
   }
   for (const RecordedWrite& write : record.writes) {
     const at::Tensor target(write.target.lock());
-    if (!IsSet(write.grad_of) && target.defined() &&
+    if (!IsSet(write.grad_of) && !write.argument && target.defined() &&
         target.requires_grad() != write.requires_grad) {
       return true;
     }
@@ -89,6 +99,13 @@ std::string BindingChanged(const StepRecord& record, const std::vector<at::Tenso
     return "the tensor arguments are bound unlike the captured calls' (another tensor where both "
            "captures were passed the same one, or one tensor passed for two arguments, or two "
            "for one)";
+  }
+  for (const RecordedWrite& write : record.writes) {
+    if (write.argument && !OwnsItsMemory(arguments[*write.argument])) {
+      return "tensor argument " + std::to_string(*write.argument) +
+             ", which the step writes in place, is a view or has a view alive, which a "
+             "replay's write would not reach";
+    }
   }
   if (RequiresGradChanged(record)) {
     return "a tensor the step reads or writes changed requires_grad (a layer frozen or "

@@ -16,6 +16,15 @@ namespace lazyfuse {
 
 bool ArgumentMatches(const RecordedArgument& recorded, const at::Tensor& argument);
 
+// Whether `tensor` is no view and no view of it is alive: a step's write to
+// it then reaches no other tensor, so a replay may write into whichever
+// tensor takes its place.
+bool OwnsItsMemory(const at::Tensor& tensor);
+
+// The tensor `write` goes to on a call passed `arguments`, or undefined
+// (freed: nothing can read it any more).
+at::Tensor WriteTarget(const RecordedWrite& write, const std::vector<at::Tensor>& arguments);
+
 // The data a lazy tensor (or its storage base) holds now: null with
 // `pending` set when it still has IR, which a replay cannot read.
 torch::lazy::BackendDataPtr DataOf(const at::Tensor& tensor, bool* pending, bool via_base = false);

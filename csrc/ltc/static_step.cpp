@@ -18,10 +18,14 @@ const LazyFuseBackendData& Ours(const torch::lazy::BackendDataPtr& data) {
   return static_cast<const LazyFuseBackendData&>(*data);
 }
 
-// The lazy tensor a write goes to now, or null (freed, or a gradient the
-// step makes anew: a traced call gives the parameter a new one).
-torch::lazy::LazyTensorPtr WriteTarget(const RecordedWrite& write) {
+// The lazy tensor whose memory a write goes to on every run, or null (freed,
+// a gradient the step makes anew, as a traced call gives the parameter a new
+// one, or a tensor argument, which may be another tensor each call).
+torch::lazy::LazyTensorPtr StaticTarget(const RecordedWrite& write) {
   at::Tensor target;
+  if (write.argument) {
+    return nullptr;
+  }
   if (IsSet(write.grad_of)) {
     at::Tensor current = GradOf(write.grad_of);
     if (!write.made_in_call && current.defined() &&
@@ -122,7 +126,7 @@ std::shared_ptr<StaticStep> StaticStep::Plan(std::shared_ptr<const StepRecord> r
   step->write_homes_.resize(record->writes.size());
   for (size_t w = 0; w < record->writes.size(); ++w) {
     const RecordedWrite& write = record->writes[w];
-    torch::lazy::LazyTensorPtr target = WriteTarget(write);
+    torch::lazy::LazyTensorPtr target = StaticTarget(write);
     if (target == nullptr) {
       continue;  // copied out (a new gradient), or nothing can read it
     }
@@ -241,7 +245,7 @@ bool StaticStep::Bind(const std::vector<at::Tensor>& arguments, std::string* why
   }
   for (size_t w = 0; w < write_homes_.size(); ++w) {
     const WriteHomes& homes = write_homes_[w];
-    if ((homes.target >= 0 && !Holds(homes.target_holder, WriteTarget(record_->writes[w]))) ||
+    if ((homes.target >= 0 && !Holds(homes.target_holder, StaticTarget(record_->writes[w]))) ||
         (homes.base >= 0 && !Holds(homes.base_holder, BaseOfTarget(record_->writes[w])))) {
       *why = "a tensor the step writes now holds another value (a new .grad, an in-place op)";
       return false;
@@ -339,7 +343,7 @@ std::vector<at::Tensor> StaticStep::Finish(const std::vector<at::Tensor>& argume
       }
       continue;
     }
-    at::Tensor target(write.target.lock());
+    const at::Tensor target = WriteTarget(write, arguments);
     if (target.defined()) {
       std::vector<torch::lazy::BackendDataPtr> copies(results_.size());
       copies[write.result] = CopyOf(results_.at(write.result));

@@ -155,9 +155,10 @@ std::string Disagreement(const StepRecord& previous, const StepRecord& next) {
   for (size_t w = 0; w < after.size(); ++w) {
     const RecordedWrite& a = *before[w];
     const RecordedWrite& b = *after[w];
-    const bool same_target =
-        a.grad_of._unsafe_get_target() == b.grad_of._unsafe_get_target() &&
-        (IsSet(b.grad_of) || a.target._unsafe_get_target() == b.target._unsafe_get_target());
+    const bool same_target = a.grad_of._unsafe_get_target() == b.grad_of._unsafe_get_target() &&
+                             a.argument == b.argument &&
+                             (IsSet(b.grad_of) || b.argument ||
+                              a.target._unsafe_get_target() == b.target._unsafe_get_target());
     // A gradient may be made anew one call and updated in place the next.
     const bool same_making = IsSet(b.grad_of) || a.made_in_call == b.made_in_call;
     if (a.result != b.result || a.base_result != b.base_result || !same_making || !same_target) {

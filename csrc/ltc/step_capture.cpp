@@ -385,6 +385,11 @@ std::shared_ptr<StepRecord> EndCapture(const std::vector<at::Tensor>& live,
     if (auto owner = grad_owner_after.find(impl); owner != grad_owner_after.end()) {
       write.grad_of = owner->second;
     }
+    if (auto argument = capture.argument_impls.find(impl);
+        argument != capture.argument_impls.end() && !IsSet(write.grad_of) &&
+        OwnsItsMemory(tensor)) {
+      write.argument = argument->second;
+    }
     record->writes.push_back(std::move(write));
   }
   // By target the step rewrites: whether it rewrites the target's base too.

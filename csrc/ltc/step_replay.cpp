@@ -147,7 +147,7 @@ ReplayOutcome Replay(const StepRecord& record, const std::vector<at::Tensor>& ar
         }
         continue;
       }
-      at::Tensor target(write.target.lock());
+      const at::Tensor target = WriteTarget(write, arguments);
       if (target.defined()) {  // else nothing can read it any more
         SetValue(target, write, results);
       }

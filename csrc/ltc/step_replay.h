@@ -92,6 +92,10 @@ struct RecordedWrite {
   std::optional<size_t> base_result;
   // The target's requires_grad: a frozen parameter's optimizer step skips it.
   bool requires_grad = false;
+  // Set when the target is this tensor argument and alone in its memory (see
+  // OwnsItsMemory): bound by position, as the argument's reads are, so a
+  // step that updates its argument in place replays for any tensor passed.
+  std::optional<size_t> argument;
 };
 
 // The lazy tensor holding the functional storage base of `tensor`, or null.

@@ -57,7 +57,9 @@ void BindStepReplay(py::module& m) {
                add(input.grad_of);
              }
              for (const RecordedWrite& write : record.writes) {
-               add(write.target);
+               if (!write.argument) {  // bound by position, not by identity
+                 add(write.target);
+               }
                add(write.grad_of);
              }
              return tensors;

@@ -391,3 +391,53 @@ def test_a_step_returning_a_view_of_its_state_says_so(view: str):
     copied, got, expected = run(copy=True)  # what the reason advises
     assert copied.replayed_calls >= 2, copied.last_reason
     assert all(torch.equal(a, b) for a, b in zip(got, expected, strict=True))
+
+
+@pytest.mark.parametrize("shared", ["view_of_it_held", "view_of_a_base"])
+@pytest.mark.parametrize("graphs", ["0", "emulate"])
+def test_a_step_that_updates_its_argument_replays_for_each_tensor_passed(
+    graphs: str, shared: str, monkeypatch: pytest.MonkeyPatch
+):
+    # Found from outside: a step that wrote into its tensor argument in place
+    # (x.mul_(2).add_(y)) was never replayed when passed a new tensor each
+    # call: "the calls wrote their results to different tensors". The write
+    # now binds by position, as the argument's reads do, while the argument
+    # is alone in its memory. A view of it, or it a view, still traces, so
+    # that the write reaches the tensors that share it.
+    monkeypatch.setenv("LAZYFUSE_CUDA_GRAPHS", graphs)
+
+    def update(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        x.mul_(2).add_(y)
+        return x.sum()
+
+    fn = lazyfuse.compile(replay=True)(update)
+    # What each call passes: a new tensor, or one that shares its memory.
+    passes = ["new"] * 5 + [shared] + ["new"] * 3
+    replayed = []
+    for i, how in enumerate(passes):
+        y = torch.arange(3.0) + i
+        expected_base, base = torch.ones(2, 3), torch.ones(2, 3, device=DEV)
+        expected_x, x = (
+            (expected_base[1], base[1])
+            if how == "view_of_a_base"
+            else (torch.ones(3), torch.ones(3, device=DEV))
+        )
+        held, expected_held = x[:2], expected_x[:2]
+        if how != "view_of_it_held":
+            del held, expected_held
+        before = fn.replayed_calls
+        total = fn(x, y.to(DEV))
+        replayed.append(fn.replayed_calls > before)
+        expected_total = update(expected_x, y)
+        assert torch.equal(x.cpu(), expected_x), how
+        assert torch.equal(total.cpu(), expected_total), how
+        assert torch.equal(base.cpu(), expected_base), how
+        if how == "view_of_it_held":
+            assert torch.equal(held.cpu(), expected_held), how
+    # A call that traces captures anew: two that agree replay again.
+    assert replayed == [False] * 2 + [True] * 3 + [False] * 3 + [True], (
+        replayed,
+        fn.last_reason,
+    )
+    if graphs == "emulate":  # static memory, with the argument's result copied out
+        assert fn.graph_launches >= 2, fn.graph_reason
