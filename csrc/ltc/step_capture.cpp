@@ -11,6 +11,7 @@
 #include <tuple>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 #include "ltc/backend_data.h"
 #include "ltc/device_data.h"
@@ -30,6 +31,8 @@ struct Capture {
   bool active = false;
   std::unordered_map<DataKey, size_t> argument_data;
   std::unordered_map<const c10::TensorImpl*, size_t> host_arguments;
+  // Each host argument's version counter when the call began.
+  std::vector<std::pair<at::Tensor, int64_t>> host_versions;
   std::unordered_map<const c10::TensorImpl*, size_t> argument_impls;
   std::unordered_map<DataKey, WeakTensor> live_data;
   std::unordered_map<DataKey, WeakTensor> live_bases;
@@ -274,6 +277,9 @@ void BeginCapture(const std::vector<at::Tensor>& arguments, const std::vector<at
     } else {
       meta.strides = argument.strides().vec();
       t_capture.host_arguments.emplace(argument.unsafeGetTensorImpl(), k);
+      if (!argument.is_inference()) {  // which counts no versions
+        t_capture.host_versions.emplace_back(argument, argument._version());
+      }
     }
     t_capture.arguments.push_back(std::move(meta));
   }
@@ -321,6 +327,17 @@ std::shared_ptr<StepRecord> EndCapture(const std::vector<at::Tensor>& live,
                   " graphs: something read a lazy value before the step ended (.item(), "
                   ".cpu(), print, a tensor in an if); a replayed step must be one graph";
     return record;
+  }
+  for (const auto& [argument, version] : capture.host_versions) {
+    if (argument._version() != version) {
+      record->not_replayable =
+          "the step updates tensor argument " +
+          std::to_string(capture.host_arguments.at(argument.unsafeGetTensorImpl())) +
+          " in place on the " + argument.device().str() +
+          ", which a replay would not do: it runs the lazy graph, not the step's Python. "
+          "Keep that tensor on the lazy device, or update it outside the step";
+      return record;
+    }
   }
   record->hash = capture.hash;
   record->computation = capture.computation;

@@ -441,3 +441,26 @@ def test_a_step_that_updates_its_argument_replays_for_each_tensor_passed(
     )
     if graphs == "emulate":  # static memory, with the argument's result copied out
         assert fn.graph_launches >= 2, fn.graph_reason
+
+
+def test_a_step_that_updates_a_host_argument_stays_traced_and_says_so():
+    # Found from outside: a step that counted its calls in a CPU tensor it
+    # was passed (counter.add_(1)) stopped counting once replayed, silently:
+    # a replay runs the lazy graph, and a host op is not in it.
+    weight = torch.ones(3, device=DEV)
+
+    def step(x: torch.Tensor, counter: torch.Tensor) -> torch.Tensor:
+        counter.add_(1)
+        weight.mul_(x.to(DEV))
+        return weight.sum()
+
+    fn = lazyfuse.compile(replay=True)(step)
+    counter = torch.zeros(())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(5):
+            fn(torch.full((3,), 2.0), counter)
+    assert float(counter) == 5
+    assert torch.equal(weight.cpu(), torch.full((3,), 32.0))
+    assert fn.replayed_calls == 0
+    assert "updates tensor argument 1 in place on the cpu" in fn.last_reason, fn.last_reason
