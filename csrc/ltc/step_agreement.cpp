@@ -4,10 +4,8 @@
 #include <ATen/Functions.h>
 #include <torch/csrc/lazy/backend/backend_interface.h>
 
-#include <optional>
 #include <sstream>
 #include <tuple>
-#include <unordered_set>
 #include <vector>
 
 #include "ltc/step_replay.h"
@@ -47,38 +45,6 @@ std::string DescribeArgument(const RecordedArgument& argument) {
   return out.str();
 }
 
-// Which view of state that `previous`'s call returned `next` reaches, as a
-// live tensor it reads or a tensor it writes, while that view lives. The
-// view is new to `next`, so the two cannot agree.
-std::optional<size_t> ReachedReturnedView(const StepRecord& previous, const StepRecord& next) {
-  std::unordered_set<const c10::TensorImpl*> reached;
-  for (const RecordedInput& input : next.inputs) {
-    if (input.source == InputSource::kLive) {
-      reached.insert(input.live._unsafe_get_target());
-    }
-  }
-  for (const RecordedWrite& write : next.writes) {
-    if (!write.made_in_call) {
-      reached.insert(write.target._unsafe_get_target());
-    }
-  }
-  for (size_t r = 0; r < previous.returns.size(); ++r) {
-    const WeakTensor& view = previous.returns[r].view_of_state;
-    if (IsSet(view) && !view.expired() && reached.count(view._unsafe_get_target()) != 0) {
-      return r;
-    }
-  }
-  return std::nullopt;
-}
-
-std::string ReachesAReturnedView(size_t r) {
-  return "the step reaches a view it returned: returned tensor " + std::to_string(r) +
-         " of the previous call is a view of a tensor the step updates (such as a "
-         "parameter's detach(), t() or a slice of it), which the next call brings up to "
-         "date, so each call reads and writes a different tensor. Return a copy of it "
-         "(.clone()) instead";
-}
-
 }  // namespace
 
 void PinRepeatedArguments(const StepRecord& previous, StepRecord& next) {
@@ -105,11 +71,6 @@ std::string Disagreement(const StepRecord& previous, const StepRecord& next) {
     if (a != b) {
       return "tensor argument " + std::to_string(k) + " changed from " + a + " to " + b;
     }
-  }
-  // Before the graphs: bringing each view up to date is in the graph, so a
-  // step whose returned views are all kept traces a larger graph each call.
-  if (const std::optional<size_t> r = ReachedReturnedView(previous, next)) {
-    return ReachesAReturnedView(*r);
   }
   if (previous.hash != next.hash || previous.inputs.size() != next.inputs.size() ||
       previous.seeds != next.seeds) {

@@ -37,8 +37,6 @@ struct Capture {
   std::unordered_map<DataKey, WeakTensor> live_data;
   std::unordered_map<DataKey, WeakTensor> live_bases;
   std::unordered_set<const c10::TensorImpl*> live_before;
-  // Their storages: a view shares its base's (functionalization's storage).
-  std::unordered_set<const c10::StorageImpl*> live_storages;
   std::unordered_map<const c10::TensorImpl*, WeakTensor> grad_owner;
   std::unordered_map<DataKey, size_t> transfers;  // to the host argument's index
   std::unordered_set<DataKey> unspecified;
@@ -286,9 +284,6 @@ void BeginCapture(const std::vector<at::Tensor>& arguments, const std::vector<at
   NoteGradOwners(live, &t_capture.grad_owner);
   for (const at::Tensor& tensor : live) {
     t_capture.live_before.insert(tensor.unsafeGetTensorImpl());
-    if (tensor.has_storage()) {
-      t_capture.live_storages.insert(tensor.storage().unsafeGetStorageImpl());
-    }
     NoteSharedWithArgument(tensor);
     // A view is read through its base: binding the view itself would read a
     // value functionalization may be about to regenerate.
@@ -355,11 +350,6 @@ std::shared_ptr<StepRecord> EndCapture(const std::vector<at::Tensor>& live,
   std::unordered_set<const c10::TensorImpl*> returned_new;
   for (const at::Tensor& tensor : returned) {
     RecordedReturn entry;
-    if (tensor.has_storage() &&
-        capture.live_storages.count(tensor.storage().unsafeGetStorageImpl()) != 0 &&
-        capture.live_before.count(tensor.unsafeGetTensorImpl()) == 0) {
-      entry.view_of_state = WeakTensor(tensor.getIntrusivePtr());
-    }
     torch::lazy::LazyTensorPtr lazy = torch::lazy::TryGetLtcTensor(tensor);
     torch::lazy::BackendDataPtr data = lazy ? lazy->CurrentDataHandle() : nullptr;
     auto argument = capture.argument_impls.find(tensor.unsafeGetTensorImpl());
@@ -380,6 +370,7 @@ std::shared_ptr<StepRecord> EndCapture(const std::vector<at::Tensor>& live,
   std::unordered_map<const c10::TensorImpl*, WeakTensor> grad_owner_after;
   NoteGradOwners(live, &grad_owner_after);
   std::unordered_set<const c10::TensorImpl*> written;
+  std::unordered_set<const c10::StorageImpl*> updated_storages;  // of tensors alive before
   for (const at::Tensor& tensor : live) {
     const c10::TensorImpl* impl = tensor.unsafeGetTensorImpl();
     torch::lazy::LazyTensorPtr lazy = torch::lazy::TryGetLtcTensor(tensor);
@@ -407,7 +398,24 @@ std::shared_ptr<StepRecord> EndCapture(const std::vector<at::Tensor>& live,
         OwnsItsMemory(tensor)) {
       write.argument = argument->second;
     }
+    if (!write.made_in_call && tensor.has_storage()) {
+      updated_storages.insert(tensor.storage().unsafeGetStorageImpl());
+    }
     record->writes.push_back(std::move(write));
+  }
+  // A view shares its base's storage (functionalization's). A traced call's
+  // view follows the tensor's later updates; a replay's result could not.
+  for (size_t r = 0; r < returned.size(); ++r) {
+    const at::Tensor& tensor = returned[r];
+    if (tensor.has_storage() && capture.live_before.count(tensor.unsafeGetTensorImpl()) == 0 &&
+        updated_storages.count(tensor.storage().unsafeGetStorageImpl()) != 0) {
+      record->not_replayable =
+          "returned tensor " + std::to_string(r) +
+          " is a view of a tensor the step updates (such as a parameter's detach(), t() or a "
+          "slice of it), which later steps' updates reach; a replay returns new tensors, which "
+          "they would not. Return a copy of it (.clone()) instead";
+      return record;
+    }
   }
   // By target the step rewrites: whether it rewrites the target's base too.
   std::unordered_map<const c10::TensorImpl*, bool> rewritten;

@@ -107,10 +107,6 @@ struct RecordedReturn {
   enum class Kind { kResult, kArgument, kAsIs } kind = Kind::kAsIs;
   size_t index = 0;
   at::Tensor as_is;
-  // The tensor returned, when it is a view of a tensor alive before the call
-  // (a parameter's detach(), say): the next call brings it up to date, so a
-  // step that returns one reaches a new tensor each call.
-  WeakTensor view_of_state = NoTensor();
 };
 
 struct RecordedArgument {

@@ -355,12 +355,14 @@ RETURNED_VIEWS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 }
 
 
+@pytest.mark.parametrize("kept", ["every_return", "from_the_fifth_call_on"])
 @pytest.mark.parametrize("view", sorted(RETURNED_VIEWS))
-def test_a_step_returning_a_view_of_its_state_says_so(view: str):
-    # Found from outside: a step that returned a parameter's view was never
-    # replayed, "a parameter, gradient or optimizer state replaced instead of
-    # updated in place", though none was. The next call brings the returned
-    # view up to date, so each call reaches the one the last call returned.
+def test_a_step_returning_a_view_of_its_state_is_not_replayed(view: str, kept: str):
+    # Found from outside, two ways. Returns kept: never replayed, and the
+    # reason blamed "a parameter, gradient or optimizer state replaced", as
+    # each call brought the last call's view up to date. Returns dropped
+    # until the fifth call: replayed, and a replay returns a new tensor, so
+    # the one kept missed the next step's update, silently.
     def run(copy: bool) -> tuple[Any, list[torch.Tensor], list[torch.Tensor]]:
         torch.manual_seed(0)
         model, _, step = mlp()
@@ -375,18 +377,24 @@ def test_a_step_returning_a_view_of_its_state_says_so(view: str):
         returns, got, expected = [], [], []
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            for x, y in make_batches(6, (6, 8), (6, 4)):
-                returns.append(fn(x.to(DEV), y.to(DEV))[1])
-                got.append(returns[-1].cpu())
+            for call, (x, y) in enumerate(make_batches(7, (6, 8), (6, 4))):
+                returned = fn(x.to(DEV), y.to(DEV))[1]
+                got.append(returned.cpu())
                 expected.append(RETURNED_VIEWS[view](weight.detach()).cpu())
+                if kept == "every_return" or call >= 4:
+                    returns.append((returned, len(expected) - 1))
+                del returned
         # As in eager, a returned view shows the later steps; a copy does not.
-        got.append(returns[0].cpu())
-        expected.append(expected[0] if copy else expected[-1])
+        for returned, call in returns:
+            got.append(returned.cpu())
+            expected.append(expected[call] if copy else expected[6])
         return fn, got, expected
 
     fn, got, expected = run(copy=False)
     assert fn.replayed_calls == 0
-    assert "returned tensor 1 of the previous call is a view" in fn.last_reason, fn.last_reason
+    assert "returned tensor 1 is a view of a tensor the step updates" in fn.last_reason, (
+        fn.last_reason
+    )
     assert all(torch.equal(a, b) for a, b in zip(got, expected, strict=True))
     copied, got, expected = run(copy=True)  # what the reason advises
     assert copied.replayed_calls >= 2, copied.last_reason
