@@ -165,6 +165,10 @@ std::vector<at::Tensor> ReturnedTensors(const StepRecord& record,
                                         const std::vector<torch::lazy::BackendDataPtr>& results) {
   std::vector<at::Tensor> returned;
   for (const RecordedReturn& entry : record.returns) {
+    if (entry.same_as) {
+      returned.push_back(returned.at(*entry.same_as));
+      continue;
+    }
     switch (entry.kind) {
       case RecordedReturn::Kind::kResult:
         returned.push_back(at::functionalization::impl::to_functional_tensor(

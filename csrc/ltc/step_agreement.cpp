@@ -132,7 +132,7 @@ std::string Disagreement(const StepRecord& previous, const StepRecord& next) {
   for (size_t r = 0; r < next.returns.size(); ++r) {
     const RecordedReturn& a = previous.returns[r];
     const RecordedReturn& b = next.returns[r];
-    if (a.kind != b.kind || a.index != b.index ||
+    if (a.kind != b.kind || a.index != b.index || a.same_as != b.same_as ||
         (a.kind == RecordedReturn::Kind::kAsIs &&
          a.as_is.unsafeGetTensorImpl() != b.as_is.unsafeGetTensorImpl())) {
       return "returned tensor " + std::to_string(r) + " came from different places";

@@ -348,8 +348,16 @@ std::shared_ptr<StepRecord> EndCapture(const std::vector<at::Tensor>& live,
   record->seeds = capture.seeds.size();
   const std::unordered_map<DataKey, size_t>& result_index = capture.synced;
   std::unordered_set<const c10::TensorImpl*> returned_new;
+  std::unordered_map<const c10::TensorImpl*, size_t> returned_at;
   for (const at::Tensor& tensor : returned) {
     RecordedReturn entry;
+    if (auto [earlier, fresh] =
+            returned_at.emplace(tensor.unsafeGetTensorImpl(), record->returns.size());
+        !fresh) {
+      entry.same_as = earlier->second;
+      record->returns.push_back(std::move(entry));
+      continue;
+    }
     torch::lazy::LazyTensorPtr lazy = torch::lazy::TryGetLtcTensor(tensor);
     torch::lazy::BackendDataPtr data = lazy ? lazy->CurrentDataHandle() : nullptr;
     auto argument = capture.argument_impls.find(tensor.unsafeGetTensorImpl());

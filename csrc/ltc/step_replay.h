@@ -107,6 +107,9 @@ struct RecordedReturn {
   enum class Kind { kResult, kArgument, kAsIs } kind = Kind::kAsIs;
   size_t index = 0;
   at::Tensor as_is;
+  // An earlier returned tensor this one was (`return y, y`): the replay
+  // returns that one again, one object as in a traced call.
+  std::optional<size_t> same_as;
 };
 
 struct RecordedArgument {

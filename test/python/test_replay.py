@@ -472,3 +472,26 @@ def test_a_step_that_updates_a_host_argument_stays_traced_and_says_so():
     assert torch.equal(weight.cpu(), torch.full((3,), 32.0))
     assert fn.replayed_calls == 0
     assert "updates tensor argument 1 in place on the cpu" in fn.last_reason, fn.last_reason
+
+
+@pytest.mark.parametrize("graphs", ["0", "emulate"])
+def test_a_tensor_returned_twice_is_one_tensor_on_a_replay(
+    graphs: str, monkeypatch: pytest.MonkeyPatch
+):
+    # Found from outside: `return {"y": y, "again": y}` gave two tensors on a
+    # replay, one in eager and in a traced call, so a write to one was lost
+    # to the other.
+    monkeypatch.setenv("LAZYFUSE_CUDA_GRAPHS", graphs)
+    weight = torch.ones(3, device=DEV)
+
+    def step(x: torch.Tensor) -> dict[str, Any]:
+        y = x * 2 + weight
+        return {"y": y, "pair": (y.sum(), y)}
+
+    fn = lazyfuse.compile(replay=True)(step)
+    for i in range(5):
+        out = fn(torch.full((3,), float(i), device=DEV))
+        assert out["pair"][1] is out["y"], i
+        out["y"].add_(1)
+        assert torch.equal(out["pair"][1].cpu(), torch.full((3,), 2.0 * i + 2)), i
+    assert fn.replayed_calls >= 3, fn.last_reason
