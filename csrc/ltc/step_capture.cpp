@@ -264,6 +264,9 @@ void BeginCapture(const std::vector<at::Tensor>& arguments, const std::vector<at
     meta.requires_grad = argument.requires_grad();
     meta.captured_as = WeakTensor(argument.getIntrusivePtr());
     t_capture.argument_impls.emplace(argument.unsafeGetTensorImpl(), k);
+    // Alive before the call, whether or not `live` lists it (a periodic
+    // check lists only the record's tensors).
+    t_capture.live_before.insert(argument.unsafeGetTensorImpl());
     if (torch::lazy::LazyTensorPtr lazy = torch::lazy::TryGetLtcTensor(argument)) {
       meta.lazy = true;
       if (torch::lazy::BackendDataPtr data = lazy->CurrentDataHandle()) {

@@ -391,8 +391,10 @@ class ReplayedStep:
         if checking is not None:
             # A periodic check: the capture must bind what the record binds,
             # so the record's tensors are all it needs (a gc scan costs tens
-            # of ms in a large process). Anything new makes it disagree.
-            live = _with_gradients(checking.bound_tensors())
+            # of ms in a large process). Anything new makes it disagree. The
+            # lazy arguments too: a step may write into one (bound by position).
+            arguments = [t for t in tensors if t.device.type == "lazy"]
+            live = _with_gradients(checking.bound_tensors() + arguments)
             optimizers, schedulers = self._optimizers, self._schedulers
         else:
             live, optimizers, schedulers = _live_lazy_tensors()

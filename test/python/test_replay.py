@@ -495,3 +495,23 @@ def test_a_tensor_returned_twice_is_one_tensor_on_a_replay(
         out["y"].add_(1)
         assert torch.equal(out["pair"][1].cpu(), torch.full((3,), 2.0 * i + 2)), i
     assert fn.replayed_calls >= 3, fn.last_reason
+
+
+def test_the_periodic_check_agrees_with_a_step_that_updates_its_argument():
+    # The check captures over the record's own tensors; an argument the step
+    # writes is bound by position, so the check must see it as well (it saw
+    # the write as one to a tensor made in the call, and warned every time).
+    def update(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        x.mul_(2).add_(y)
+        return x.sum()
+
+    fn = lazyfuse.compile(update, replay=True, check_every=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for i in range(10):
+            x, expected = torch.ones(3, device=DEV), torch.ones(3)
+            y = torch.arange(3.0) + i
+            total = fn(x, y.to(DEV))
+            assert torch.equal(total.cpu(), update(expected, y)), i
+            assert torch.equal(x.cpu(), expected), i
+    assert fn.replayed_calls == 6 and fn.traced_calls == 4
