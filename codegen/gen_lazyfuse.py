@@ -358,6 +358,9 @@ class GenLazyFuseIR(GenLazyIR):
 SCALAR_FROM_CODEGEN = re.compile(
     r"torch::lazy::LazyGraphExecutor::Get\(\)->\s*GetIrValueForScalarFromCodegen\("
 )
+# torchgen reads an optional tensor operand with TryGetLtcTensor, which
+# drops a 0-dim CPU tensor (scalar_operands.h).
+OPTIONAL_TENSOR = re.compile(r"torch::lazy::TryGetLtcTensor\((\w+)\.value_or\(at::Tensor\(\)\)\)")
 
 
 # A *_copy op's shape call on meta tensors, as torchgen writes it.
@@ -420,6 +423,9 @@ class GenLazyFuseNativeFuncDefinition(GenLazyNativeFuncDefinition):
         decls = decls.replace(
             "torch::lazy::GetLtcTensorOrCreateForWrappedNumber(",
             "lazyfuse::GetLtcTensorOrWrapNumber(",
+        )
+        decls = OPTIONAL_TENSOR.sub(
+            r"lazyfuse::OptionalLtcTensorOrWrapNumber(\1, *common_device)", decls
         )
         return "\n        ".join(checks + [self.dtype_probe(func, schema), decls])
 

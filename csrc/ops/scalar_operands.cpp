@@ -70,4 +70,12 @@ torch::lazy::LazyTensorPtr GetLtcTensorOrWrapNumber(const at::Tensor& tensor,
   return torch::lazy::LazyTensor::Create(HostScalarValue(CopyHostScalar(tensor), device), device);
 }
 
+torch::lazy::LazyTensorPtr OptionalLtcTensorOrWrapNumber(const std::optional<at::Tensor>& tensor,
+                                                         const torch::lazy::BackendDevice& device) {
+  if (!tensor.has_value() || !tensor->defined()) {
+    return nullptr;
+  }
+  return GetLtcTensorOrWrapNumber(*tensor, device);
+}
+
 }  // namespace lazyfuse

@@ -12,6 +12,8 @@
 #include <torch/csrc/lazy/core/ir.h>
 #include <torch/csrc/lazy/core/tensor.h>
 
+#include <optional>
+
 namespace lazyfuse {
 
 // A Scalar argument: 0 and 1 become graph constants, as they are almost
@@ -24,5 +26,12 @@ torch::lazy::Value ScalarIrValue(const at::Scalar& value, const torch::lazy::Bac
 // tensor over a copy of its value. Python numbers 0 and 1 become constants.
 torch::lazy::LazyTensorPtr GetLtcTensorOrWrapNumber(const at::Tensor& tensor,
                                                     const torch::lazy::BackendDevice& device);
+
+// An optional tensor operand (clamp's min and max, a loss's weight): null
+// when absent, else as GetLtcTensorOrWrapNumber. LTC's codegen reads one
+// with TryGetLtcTensor, which found no lazy tensor in a 0-dim CPU tensor
+// and so dropped it: `x.clamp(min=torch.tensor(0.))` clamped nothing.
+torch::lazy::LazyTensorPtr OptionalLtcTensorOrWrapNumber(const std::optional<at::Tensor>& tensor,
+                                                         const torch::lazy::BackendDevice& device);
 
 }  // namespace lazyfuse

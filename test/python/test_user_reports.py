@@ -402,3 +402,39 @@ def test_as_strided_reads_a_tensor_as_its_metadata_describes(
     expected = _storage_reads(LAYOUTS[layout](x).contiguous())
     for name, g, e in zip(("same", "window", "scatter"), got, expected, strict=True):
         torch.testing.assert_close(g.cpu(), e, rtol=0, atol=0, msg=f"{layout}: {name}")
+
+
+# Ops whose optional tensor operands (Tensor? in the schema) eager lets a
+# 0-dim CPU tensor fill, as it does any tensor operand. (The others: a
+# norm's or a convolution's weight and bias, a loss's weight, must have a
+# size, and a loss expands its weight first.)
+OPTIONAL_SCALAR_OPERANDS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "clamp_min": lambda x, s: x.clamp(min=s),
+    "clamp_max": lambda x, s: x.clamp(max=s),
+    "clamp_both": lambda x, s: torch.clamp(x, s, s + 0.5),
+    "clamp_int_by_float": lambda x, s: (x * 4).to(torch.int64).clamp(min=s),
+    "clamp_in_place": lambda x, s: x.clone().clamp_(max=s),
+}
+
+
+@pytest.mark.parametrize("op", sorted(OPTIONAL_SCALAR_OPERANDS))
+def test_an_optional_operand_given_a_cpu_scalar_is_used(
+    op: str, lazy: torch.device, engine: str
+) -> None:
+    # Found from outside: `x.clamp(min=torch.tensor(-0.5))` clamped nothing
+    # (fused and CPU kernels) or raised "At least one of 'min' or 'max' must
+    # not be None" (ATen steps): torchgen's stubs read an optional tensor
+    # operand with TryGetLtcTensor, which finds no lazy tensor in a CPU one,
+    # and dropped it.
+    torch.manual_seed(0)
+    x = torch.randn(16, requires_grad=True)
+    scalar = torch.tensor(-0.25)
+    expected = OPTIONAL_SCALAR_OPERANDS[op](x, scalar)
+    x_lazy = x.detach().to(lazy).requires_grad_()
+    got = OPTIONAL_SCALAR_OPERANDS[op](x_lazy, scalar)
+    assert got.dtype == expected.dtype
+    torch.testing.assert_close(got.cpu(), expected.detach(), rtol=1e-6, atol=1e-6)
+    if expected.requires_grad:
+        expected.sum().backward()
+        got.sum().backward()
+        torch.testing.assert_close(x_lazy.grad.cpu(), x.grad, rtol=1e-6, atol=1e-6)
