@@ -30,6 +30,16 @@ bool ArgumentMatches(const RecordedArgument& recorded, const at::Tensor& argumen
          argument.strides() == c10::IntArrayRef(recorded.strides);
 }
 
+bool SameValues(const at::Tensor& a, const at::Tensor& b) {
+  if (a.scalar_type() != b.scalar_type() || a.sizes() != b.sizes()) {
+    return false;
+  }
+  const at::Tensor b_there = b.to(a.device());
+  return at::equal(a, b_there) ||
+         (at::isFloatingType(a.scalar_type()) &&
+          at::allclose(a, b_there, /*rtol=*/0, /*atol=*/0, /*equal_nan=*/true));
+}
+
 bool OwnsItsMemory(const at::Tensor& tensor) {
   // Each view holds its base's functional storage.
   return at::functionalization::impl::isFunctionalTensor(tensor) &&
@@ -99,6 +109,14 @@ std::string BindingChanged(const StepRecord& record, const std::vector<at::Tenso
     return "the tensor arguments are bound unlike the captured calls' (another tensor where both "
            "captures were passed the same one, or one tensor passed for two arguments, or two "
            "for one)";
+  }
+  for (size_t k = 0; k < arguments.size(); ++k) {
+    const at::Tensor& value = record.arguments[k].host_value;
+    if (value.defined() && !SameValues(arguments[k], value)) {
+      return "tensor argument " + std::to_string(k) +
+             ", a host tensor the step does not move to the lazy device, changed value: what "
+             "the step's Python read from it (range(int(n)), a branch) would be frozen";
+    }
   }
   for (const RecordedWrite& write : record.writes) {
     if (write.argument && !OwnsItsMemory(arguments[*write.argument])) {

@@ -16,6 +16,10 @@ namespace lazyfuse {
 
 bool ArgumentMatches(const RecordedArgument& recorded, const at::Tensor& argument);
 
+// Whether two tensors of one dtype and shape hold the same values (NaN
+// equal to NaN).
+bool SameValues(const at::Tensor& a, const at::Tensor& b);
+
 // Whether `tensor` is no view and no view of it is alive: a step's write to
 // it then reaches no other tensor, so a replay may write into whichever
 // tensor takes its place.

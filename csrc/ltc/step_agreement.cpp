@@ -8,6 +8,7 @@
 #include <tuple>
 #include <vector>
 
+#include "ltc/replay_binding.h"
 #include "ltc/step_replay.h"
 
 namespace lazyfuse {
@@ -25,17 +26,8 @@ bool SameValue(const torch::lazy::BackendDataPtr& a, const torch::lazy::BackendD
   if (a == b) {
     return true;
   }
-  const at::Tensor x = torch::lazy::getBackend()->MakeTensorFromComputationData(a, std::nullopt);
-  const at::Tensor y = torch::lazy::getBackend()->MakeTensorFromComputationData(b, std::nullopt);
-  if (x.scalar_type() != y.scalar_type() || x.sizes() != y.sizes()) {
-    return false;
-  }
-  const at::Tensor y_here = y.to(x.device());
-  if (at::equal(x, y_here)) {
-    return true;
-  }
-  return at::isFloatingType(x.scalar_type()) &&
-         at::allclose(x, y_here, /*rtol=*/0, /*atol=*/0, /*equal_nan=*/true);
+  return SameValues(torch::lazy::getBackend()->MakeTensorFromComputationData(a, std::nullopt),
+                    torch::lazy::getBackend()->MakeTensorFromComputationData(b, std::nullopt));
 }
 
 std::string DescribeArgument(const RecordedArgument& argument) {
@@ -70,6 +62,15 @@ std::string Disagreement(const StepRecord& previous, const StepRecord& next) {
     const std::string b = DescribeArgument(next.arguments[k]);
     if (a != b) {
       return "tensor argument " + std::to_string(k) + " changed from " + a + " to " + b;
+    }
+    const at::Tensor& before = previous.arguments[k].host_value;
+    const at::Tensor& after = next.arguments[k].host_value;
+    if (before.defined() && after.defined() && !SameValues(before, after)) {
+      return "tensor argument " + std::to_string(k) +
+             " is a host tensor the step does not move to the lazy device, and it held other "
+             "values than in the last call: a replay would freeze what the step's Python read "
+             "from it (range(int(n)), a branch). Move it to the lazy device, or pass a Python "
+             "number, which is guarded";
     }
   }
   if (previous.hash != next.hash || previous.inputs.size() != next.inputs.size() ||

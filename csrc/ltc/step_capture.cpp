@@ -33,6 +33,7 @@ struct Capture {
   std::unordered_map<const c10::TensorImpl*, size_t> host_arguments;
   // Each host argument's version counter when the call began.
   std::vector<std::pair<at::Tensor, int64_t>> host_versions;
+  std::vector<std::pair<size_t, at::Tensor>> host_tensors;  // by argument index
   std::unordered_map<const c10::TensorImpl*, size_t> argument_impls;
   std::unordered_map<DataKey, WeakTensor> live_data;
   std::unordered_map<DataKey, WeakTensor> live_bases;
@@ -278,6 +279,7 @@ void BeginCapture(const std::vector<at::Tensor>& arguments, const std::vector<at
     } else {
       meta.strides = argument.strides().vec();
       t_capture.host_arguments.emplace(argument.unsafeGetTensorImpl(), k);
+      t_capture.host_tensors.emplace_back(k, argument);
       if (!argument.is_inference()) {  // which counts no versions
         t_capture.host_versions.emplace_back(argument, argument._version());
       }
@@ -349,6 +351,17 @@ std::shared_ptr<StepRecord> EndCapture(const std::vector<at::Tensor>& live,
     }
   }
   record->seeds = capture.seeds.size();
+  std::unordered_set<size_t> moved;  // host arguments the graph reads
+  for (const RecordedInput& input : record->inputs) {
+    if (input.source == InputSource::kTransfer) {
+      moved.insert(input.index);
+    }
+  }
+  for (const auto& [k, argument] : capture.host_tensors) {
+    if (moved.count(k) == 0) {
+      record->arguments[k].host_value = argument.clone();
+    }
+  }
   const std::unordered_map<DataKey, size_t>& result_index = capture.synced;
   std::unordered_set<const c10::TensorImpl*> returned_new;
   std::unordered_map<const c10::TensorImpl*, size_t> returned_at;

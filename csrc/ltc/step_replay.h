@@ -131,6 +131,10 @@ struct RecordedArgument {
   // that tensor replays in this position (PinRepeatedArguments).
   WeakTensor captured_as = NoTensor();
   bool pinned = false;
+  // A host argument the graph does not read, as it was: the step's Python
+  // may have read it (`range(int(n))`, a branch), which a replay skips, so
+  // it replays only for equal values.
+  at::Tensor host_value;
 };
 
 struct StepRecord {

@@ -29,11 +29,19 @@ at::Scalar WrappedNumberValue(const at::Tensor& tensor) {
   }
 }
 
-torch::lazy::Value HostScalarValue(at::Tensor host, const torch::lazy::BackendDevice& device) {
+// `source`: the 0-dim CPU tensor the value was read from, if any. A step
+// replay reads a tensor argument's value again each call, as an upload's.
+torch::lazy::Value HostScalarValue(at::Tensor host,
+                                   const torch::lazy::BackendDevice& device,
+                                   const at::Tensor* source = nullptr) {
   torch::lazy::Shape shape(host.scalar_type(), {});
   auto data = std::make_shared<LazyFuseBackendData>(device, std::move(shape), std::move(host));
   if (Capturing()) {
-    NoteScalar(data);  // names where a frozen number came from
+    if (source != nullptr) {
+      NoteTransfer(data, *source);
+    } else {
+      NoteScalar(data);  // names where a frozen number came from
+    }
   }
   return torch::lazy::Value(torch::lazy::getIrBuilder()->MakeDeviceData(data), 0);
 }
@@ -67,7 +75,8 @@ torch::lazy::LazyTensorPtr GetLtcTensorOrWrapNumber(const at::Tensor& tensor,
           device);
     }
   }
-  return torch::lazy::LazyTensor::Create(HostScalarValue(CopyHostScalar(tensor), device), device);
+  return torch::lazy::LazyTensor::Create(
+      HostScalarValue(CopyHostScalar(tensor), device, wrapped ? nullptr : &tensor), device);
 }
 
 torch::lazy::LazyTensorPtr OptionalLtcTensorOrWrapNumber(const std::optional<at::Tensor>& tensor,

@@ -182,3 +182,44 @@ def test_the_periodic_check_agrees_with_a_step_that_updates_its_argument():
             assert torch.equal(total.cpu(), update(expected, y)), i
             assert torch.equal(x.cpu(), expected), i
     assert fn.replayed_calls == 6 and fn.traced_calls == 4
+
+
+@pytest.mark.parametrize("graphs", ["0", "emulate"])
+def test_a_host_scalar_argument_is_read_anew_by_every_replay(
+    graphs: str, monkeypatch: pytest.MonkeyPatch
+):
+    # Found from outside: `x * scale` with `scale` a 0-dim CPU tensor argument
+    # (a temperature, a loss scale) kept its first value on every replay: the
+    # operand was recorded as a number made in the step, frozen.
+    monkeypatch.setenv("LAZYFUSE_CUDA_GRAPHS", graphs)
+
+    def step(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        return (x * scale).sum()
+
+    fn = lazyfuse.compile(replay=True)(step)
+    for value in [1.0, 1.0, 1.0, 2.0, 3.0, -0.5]:
+        total = fn(torch.ones(3, device=DEV), torch.tensor(value))
+        assert total.item() == 3 * value, value
+    assert fn.replayed_calls == 4, fn.last_reason
+
+
+def test_a_host_argument_read_in_python_replays_only_for_its_value():
+    # Found from outside: `for _ in range(int(n))` with `n` a CPU tensor
+    # argument replayed the captured loop count for every later n. A host
+    # argument the graph does not read is now guarded by its value.
+    def step(x: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+        for _ in range(int(n)):
+            x = x * 2
+        return x.sum()
+
+    fn = lazyfuse.compile(replay=True)(step)
+    replayed = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for n in [1, 1, 1, 1, 3, 3, 3, 2]:
+            before = fn.replayed_calls
+            total = fn(torch.ones(3, device=DEV), torch.tensor(n))
+            replayed.append(fn.replayed_calls > before)
+            assert total.item() == 3 * 2**n, n
+    assert replayed == [False, False, True, True, False, False, True, False], replayed
+    assert "host tensor the step does not move to the lazy device" in fn.last_reason
