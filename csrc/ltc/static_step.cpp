@@ -22,10 +22,10 @@ const LazyFuseBackendData& Ours(const torch::lazy::BackendDataPtr& data) {
 // a gradient the step makes anew, as a traced call gives the parameter a new
 // one, or a tensor argument, which may be another tensor each call).
 torch::lazy::LazyTensorPtr StaticTarget(const RecordedWrite& write) {
-  at::Tensor target;
   if (write.argument) {
     return nullptr;
   }
+  at::Tensor target;
   if (IsSet(write.grad_of)) {
     at::Tensor current = GradOf(write.grad_of);
     if (!write.made_in_call && current.defined() &&

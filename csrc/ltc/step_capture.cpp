@@ -8,10 +8,10 @@
 
 #include <algorithm>
 #include <mutex>
+#include <optional>
 #include <tuple>
 #include <unordered_map>
 #include <unordered_set>
-#include <utility>
 
 #include "ltc/backend_data.h"
 #include "ltc/device_data.h"
@@ -31,9 +31,14 @@ struct Capture {
   bool active = false;
   std::unordered_map<DataKey, size_t> argument_data;
   std::unordered_map<const c10::TensorImpl*, size_t> host_arguments;
-  // Each host argument's version counter when the call began.
-  std::vector<std::pair<at::Tensor, int64_t>> host_versions;
-  std::vector<std::pair<size_t, at::Tensor>> host_tensors;  // by argument index
+  // The host arguments, with their version counters when the call began
+  // (none for an inference tensor, which counts no versions).
+  struct HostArgument {
+    size_t index;
+    at::Tensor tensor;
+    std::optional<int64_t> version;
+  };
+  std::vector<HostArgument> host_tensors;
   std::unordered_map<const c10::TensorImpl*, size_t> argument_impls;
   std::unordered_map<DataKey, WeakTensor> live_data;
   std::unordered_map<DataKey, WeakTensor> live_bases;
@@ -279,10 +284,10 @@ void BeginCapture(const std::vector<at::Tensor>& arguments, const std::vector<at
     } else {
       meta.strides = argument.strides().vec();
       t_capture.host_arguments.emplace(argument.unsafeGetTensorImpl(), k);
-      t_capture.host_tensors.emplace_back(k, argument);
-      if (!argument.is_inference()) {  // which counts no versions
-        t_capture.host_versions.emplace_back(argument, argument._version());
-      }
+      t_capture.host_tensors.push_back(
+          {k,
+           argument,
+           argument.is_inference() ? std::nullopt : std::make_optional(argument._version())});
     }
     t_capture.arguments.push_back(std::move(meta));
   }
@@ -328,12 +333,11 @@ std::shared_ptr<StepRecord> EndCapture(const std::vector<at::Tensor>& live,
                   ".cpu(), print, a tensor in an if); a replayed step must be one graph";
     return record;
   }
-  for (const auto& [argument, version] : capture.host_versions) {
-    if (argument._version() != version) {
+  for (const auto& [k, argument, version] : capture.host_tensors) {
+    if (version && argument._version() != *version) {
       record->not_replayable =
-          "the step updates tensor argument " +
-          std::to_string(capture.host_arguments.at(argument.unsafeGetTensorImpl())) +
-          " in place on the " + argument.device().str() +
+          "the step updates tensor argument " + std::to_string(k) + " in place on the " +
+          argument.device().str() +
           ", which a replay would not do: it runs the lazy graph, not the step's Python. "
           "Keep that tensor on the lazy device, or update it outside the step";
       return record;
@@ -357,7 +361,7 @@ std::shared_ptr<StepRecord> EndCapture(const std::vector<at::Tensor>& live,
       moved.insert(input.index);
     }
   }
-  for (const auto& [k, argument] : capture.host_tensors) {
+  for (const auto& [k, argument, version] : capture.host_tensors) {
     if (moved.count(k) == 0) {
       record->arguments[k].host_value = argument.clone();
     }
