@@ -3,6 +3,8 @@
 #include "ltc/replay_binding.h"
 
 #include <ATen/FunctionalTensorWrapper.h>
+#include <ATen/ops/allclose.h>
+#include <ATen/ops/equal.h>
 #include <torch/csrc/lazy/core/tensor.h>
 
 #include <optional>
