@@ -4,6 +4,7 @@
 
 #include <ATen/FunctionalTensorWrapper.h>
 #include <ATen/ops/allclose.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/equal.h>
 #include <torch/csrc/lazy/core/tensor.h>
 
@@ -30,6 +31,55 @@ bool ArgumentMatches(const RecordedArgument& recorded, const at::Tensor& argumen
   }
   return argument.device() == recorded.device &&
          argument.strides() == c10::IntArrayRef(recorded.strides);
+}
+
+namespace {
+
+HostLayout LayoutOf(const at::Tensor& tensor) {
+  return {
+      tensor.scalar_type(), tensor.storage_offset(), tensor.sizes().vec(), tensor.strides().vec()};
+}
+
+}  // namespace
+
+HostView HostViewOf(const at::Tensor& host) {
+  const at::Tensor owner = host.is_view() ? at::Tensor(host._base()) : host;
+  HostView view;
+  view.tensor = WeakTensor(host.getIntrusivePtr());
+  view.owner = WeakTensor(owner.getIntrusivePtr());
+  view.storage = host.storage().getWeakStorageImpl();
+  view.layout = LayoutOf(host);
+  view.owner_layout = LayoutOf(owner);
+  return view;
+}
+
+std::optional<bool> ReadThroughOwner(const HostView& a, const HostView& b) {
+  if (a.storage._unsafe_get_target() != b.storage._unsafe_get_target() || !(a.layout == b.layout)) {
+    return std::nullopt;
+  }
+  if (a.tensor._unsafe_get_target() == b.tensor._unsafe_get_target()) {
+    return false;
+  }
+  if (a.owner._unsafe_get_target() == b.owner._unsafe_get_target() &&
+      a.owner_layout == b.owner_layout) {
+    return true;
+  }
+  return std::nullopt;
+}
+
+at::Tensor HostTensorNow(const HostView& view) {
+  const at::Tensor bound(view.through_owner ? view.owner.lock() : view.tensor.lock());
+  if (!bound.defined() || !bound.has_storage() ||
+      bound.storage().unsafeGetStorageImpl() != view.storage._unsafe_get_target() ||
+      !(LayoutOf(bound) == (view.through_owner ? view.owner_layout : view.layout))) {
+    return at::Tensor();
+  }
+  if (!view.through_owner) {
+    return bound;
+  }
+  const HostLayout& layout = view.layout;
+  return at::empty({0}, at::TensorOptions().dtype(layout.dtype).device(bound.device()))
+      .set_(bound.storage(), layout.offset, layout.sizes, layout.strides);
 }
 
 bool SameValues(const at::Tensor& a, const at::Tensor& b) {

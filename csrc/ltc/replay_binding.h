@@ -7,6 +7,7 @@
 #include <ATen/Tensor.h>
 #include <torch/csrc/lazy/backend/backend_data.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,14 @@
 namespace lazyfuse {
 
 bool ArgumentMatches(const RecordedArgument& recorded, const at::Tensor& argument);
+
+HostView HostViewOf(const at::Tensor& host);
+// Whether both read the same memory the same way, from the same tensor
+// (false) or from views of the same tensor (true); nullopt when neither.
+std::optional<bool> ReadThroughOwner(const HostView& a, const HostView& b);
+// The host tensor `view` describes, as its memory holds it now; undefined
+// once its owner is freed, given other memory or laid out anew.
+at::Tensor HostTensorNow(const HostView& view);
 
 // Whether two tensors of one dtype and shape hold the same values (NaN
 // equal to NaN).

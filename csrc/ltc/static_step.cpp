@@ -79,15 +79,17 @@ std::shared_ptr<StaticStep> StaticStep::Plan(std::shared_ptr<const StepRecord> r
     torch::lazy::BackendDataPtr& data = step->inputs_[j];
     switch (input.source) {
       case InputSource::kArgument:
-      case InputSource::kTransfer: {
-        const at::Tensor& argument = arguments.at(input.index);
-        if (!ArgumentMatches(record->arguments.at(input.index), argument)) {
+      case InputSource::kTransfer:
+      case InputSource::kHostTensor: {
+        const bool host_tensor = input.source == InputSource::kHostTensor;
+        if (!host_tensor &&
+            !ArgumentMatches(record->arguments.at(input.index), arguments.at(input.index))) {
           *why = "tensor argument " + std::to_string(input.index) + " changed its metadata";
           return nullptr;
         }
         if (input.shape.dim() == 0 && !BackingDevice().is_cpu()) {
           // Bound as a host scalar, a kernel would take its value at capture.
-          *why = "a 0-dim tensor argument is read on the host, which a graph would freeze";
+          *why = "a 0-dim tensor is read on the host, which a graph would freeze";
           return nullptr;
         }
         at::Tensor buffer =
@@ -266,6 +268,16 @@ bool StaticStep::Bind(const std::vector<at::Tensor>& arguments, std::string* why
     }
   }
   for (StaticArgument& argument : arguments_) {
+    const RecordedInput& input = record_->inputs[argument.input];
+    if (input.source == InputSource::kHostTensor) {
+      const at::Tensor host = HostTensorNow(input.host);
+      if (!host.defined()) {
+        *why = "a host tensor the step moves to the lazy device was freed or given new memory";
+        return false;
+      }
+      argument.buffer.copy_(host);
+      continue;
+    }
     const at::Tensor& given = arguments[argument.argument];
     if (argument.transfer) {
       argument.buffer.copy_(given);

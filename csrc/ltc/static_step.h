@@ -75,8 +75,8 @@ class StaticStep {
         c10::intrusive_ptr<torch::lazy::LazyTensor>()};
   };
   struct StaticArgument {
-    size_t input = 0;  // the record's input it binds
-    size_t argument = 0;
+    size_t input = 0;       // the record's input it binds
+    size_t argument = 0;    // unless it binds a host tensor the step reads
     bool transfer = false;  // a host argument, moved to the device
     at::Tensor buffer;
   };

@@ -22,6 +22,16 @@ std::string InputName(const RecordedInput& input) {
   return name;
 }
 
+bool ReadSameHostTensor(const RecordedInput& a, const RecordedInput& b) {
+  return a.source == InputSource::kHostTensor && b.source == InputSource::kHostTensor &&
+         ReadThroughOwner(a.host, b.host).has_value();
+}
+
+// Made during the call, or a host tensor's value then.
+bool HostValue(const RecordedInput& input) {
+  return input.source == InputSource::kFrozen || input.source == InputSource::kHostTensor;
+}
+
 bool SameValue(const torch::lazy::BackendDataPtr& a, const torch::lazy::BackendDataPtr& b) {
   if (a == b) {
     return true;
@@ -39,15 +49,30 @@ std::string DescribeArgument(const RecordedArgument& argument) {
 
 }  // namespace
 
-void PinRepeatedArguments(const StepRecord& previous, StepRecord& next) {
+void BindRepeatedTensors(const StepRecord& previous, StepRecord& next) {
   for (size_t k = 0; k < next.arguments.size() && k < previous.arguments.size(); ++k) {
     RecordedArgument& argument = next.arguments[k];
     argument.pinned = argument.captured_as._unsafe_get_target() ==
                       previous.arguments[k].captured_as._unsafe_get_target();
   }
+  for (size_t j = 0; j < next.inputs.size() && j < previous.inputs.size(); ++j) {
+    RecordedInput& input = next.inputs[j];
+    if (input.source != InputSource::kHostTensor) {
+      continue;
+    }
+    const RecordedInput& before = previous.inputs[j];
+    const std::optional<bool> through_owner = before.source == InputSource::kHostTensor
+                                                  ? ReadThroughOwner(before.host, input.host)
+                                                  : std::nullopt;
+    if (through_owner) {
+      input.host.through_owner = *through_owner;
+    } else {
+      input.source = InputSource::kFrozen;  // made during each call
+    }
+  }
 }
 
-std::string Disagreement(const StepRecord& previous, const StepRecord& next) {
+std::string Disagreement(const StepRecord& previous, const StepRecord& next, bool replaying) {
   if (!next.not_replayable.empty()) {
     return next.not_replayable;
   }
@@ -84,12 +109,21 @@ std::string Disagreement(const StepRecord& previous, const StepRecord& next) {
     const bool same_tensor =
         a.grad_of._unsafe_get_target() == b.grad_of._unsafe_get_target() &&
         (IsSet(b.grad_of) || a.live._unsafe_get_target() == b.live._unsafe_get_target());
-    if (a.source != b.source || a.index != b.index || a.via_base != b.via_base || !same_tensor) {
+    const bool both_host = HostValue(a) && HostValue(b);
+    if ((a.source != b.source && !both_host) || a.index != b.index || a.via_base != b.via_base ||
+        !same_tensor) {
       return "the calls read " + InputName(b) +
              " from different places: the step reaches a different tensor object each call "
              "(a parameter, gradient or optimizer state replaced instead of updated in place)";
     }
-    if (b.source == InputSource::kFrozen && !SameValue(a.frozen, b.frozen)) {
+    if (both_host && !(replaying && ReadSameHostTensor(a, b)) && !SameValue(a.frozen, b.frozen)) {
+      if (ReadSameHostTensor(a, b)) {
+        return InputName(b) +
+               " is a host tensor the step moves to the lazy device, and it held other values "
+               "than in the last call. A replay would read it anew, but the step replays only "
+               "after two calls found equal values in it: a change may come from the step's "
+               "own Python, which a replay skips. Keep it on the lazy device instead";
+      }
       return InputName(b) +
              " differs from one call to the next. It is a Python number or a host value "
              "made during the step, which a replay would freeze. Keep values that change "

@@ -45,6 +45,13 @@ struct Capture {
   std::unordered_set<const c10::TensorImpl*> live_before;
   std::unordered_map<const c10::TensorImpl*, WeakTensor> grad_owner;
   std::unordered_map<DataKey, size_t> transfers;  // to the host argument's index
+  // Other host tensors moved to the device, with their version counters then
+  // (none for an inference tensor).
+  struct HostSource {
+    at::Tensor tensor;
+    std::optional<int64_t> version;
+  };
+  std::unordered_map<DataKey, HostSource> host_sources;
   std::unordered_set<DataKey> unspecified;
   std::unordered_map<DataKey, std::string> call_sites;
   std::unordered_map<DataKey, size_t> seeds;
@@ -103,6 +110,14 @@ RecordedInput ClassifyInput(const Capture& capture, const torch::lazy::BackendDa
   } else if (capture.unspecified.count(key) != 0) {
     input.source = InputSource::kUnspecified;
     input.frozen = data;
+  } else if (auto it = capture.host_sources.find(key); it != capture.host_sources.end()) {
+    // A tensor the step updated in place after reading it is frozen: a
+    // replay, which runs none of the step's Python, must not read it anew.
+    const auto& [tensor, version] = it->second;
+    input.source =
+        version && tensor._version() != *version ? InputSource::kFrozen : InputSource::kHostTensor;
+    input.frozen = data;
+    input.host = HostViewOf(tensor);
   } else {
     input.source = InputSource::kFrozen;
     input.frozen = data;
@@ -151,7 +166,8 @@ bool CaptureFreezes(const torch::lazy::BackendDataPtr& data) {
     return false;
   }
   const InputSource source = ClassifyInput(t_capture, data).source;
-  return source == InputSource::kFrozen || source == InputSource::kUnspecified;
+  return source == InputSource::kFrozen || source == InputSource::kUnspecified ||
+         source == InputSource::kHostTensor;
 }
 
 void NoteTransfer(const torch::lazy::BackendDataPtr& data, const at::Tensor& source) {
@@ -162,7 +178,13 @@ void NoteTransfer(const torch::lazy::BackendDataPtr& data, const at::Tensor& sou
   auto it = t_capture.host_arguments.find(source.unsafeGetTensorImpl());
   if (it != t_capture.host_arguments.end()) {
     t_capture.transfers[data.get()] = it->second;
-  } else if (g_call_site != nullptr) {
+    return;
+  }
+  // A later note of the same datum names the tensor the user moved, where
+  // the first named its cast.
+  t_capture.host_sources[data.get()] = {
+      source, source.is_inference() ? std::nullopt : std::make_optional(source._version())};
+  if (g_call_site != nullptr) {
     t_capture.call_sites[data.get()] = g_call_site();
   }
 }

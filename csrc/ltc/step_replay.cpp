@@ -93,10 +93,18 @@ ReplayOutcome Replay(const StepRecord& record, const std::vector<at::Tensor>& ar
         bound.push_back(std::move(tensor));
         break;
       }
-      case InputSource::kTransfer: {
+      case InputSource::kTransfer:
+      case InputSource::kHostTensor: {
+        const at::Tensor host = input.source == InputSource::kTransfer ? arguments[input.index]
+                                                                       : HostTensorNow(input.host);
+        if (!host.defined()) {
+          return Refuse(
+              ReplayStatus::kGuardFailed,
+              "a host tensor the step moves to the lazy device was freed or given new memory");
+        }
         // As the traced call moved it, cast included (x.to(lazy, torch.half)).
-        const at::Tensor host = arguments[input.index].to(input.shape.scalar_type());
-        data[j] = backend->MakeComputationDataFromTensor(host, input.shape, *record.device);
+        data[j] = backend->MakeComputationDataFromTensor(
+            host.to(input.shape.scalar_type()), input.shape, *record.device);
         break;
       }
       case InputSource::kSeed:

@@ -47,8 +47,36 @@ enum class InputSource {
   kTransfer,     // the host tensor argument `index`, moved to the device
   kLive,         // the tensor `live`, alive before the call
   kSeed,         // the `index`-th seed the call draws
+  kHostTensor,   // `host`'s memory, moved to the device: a host tensor the
+                 // step reads (a closed-over CPU tensor), read again each call
   kFrozen,       // `frozen`, made during the call (a Python number, say)
   kUnspecified,  // `frozen`, memory whose contents do not matter (empty())
+};
+
+// How a tensor lies in its memory.
+struct HostLayout {
+  at::ScalarType dtype = at::kFloat;
+  int64_t offset = 0;
+  std::vector<int64_t> sizes;
+  std::vector<int64_t> strides;
+  bool operator==(const HostLayout& other) const {
+    return dtype == other.dtype && offset == other.offset && sizes == other.sizes &&
+           strides == other.strides;
+  }
+};
+
+// A host tensor a step reads, found again on each call: eager reads the
+// memory it holds then, and a tensor given new memory (`h.data = ...`,
+// `h.set_(...)`) may leave the old alive in another view. A view made anew
+// each call (`h[:3]`) is found through `owner`, the tensor it is a view of.
+// Everything is held weakly, so no other object takes their addresses.
+struct HostView {
+  WeakTensor tensor = NoTensor();
+  WeakTensor owner = NoTensor();
+  bool through_owner = false;
+  c10::weak_intrusive_ptr<c10::StorageImpl> storage{c10::intrusive_ptr<c10::StorageImpl>()};
+  HostLayout layout;  // of `tensor`
+  HostLayout owner_layout;
 };
 
 struct RecordedInput {
@@ -60,7 +88,8 @@ struct RecordedInput {
   WeakTensor grad_of = NoTensor();
   // `live` is read through its functional storage base (a view's base).
   bool via_base = false;
-  torch::lazy::BackendDataPtr frozen;
+  torch::lazy::BackendDataPtr frozen;  // also a host tensor's value at capture
+  HostView host;
   torch::lazy::Shape shape;
   // A live tensor the step's results replace: its old value is dead after a
   // replay, so the graph may write over it (buffer donation).
@@ -128,7 +157,7 @@ struct RecordedArgument {
   WeakTensor shared_with = NoTensor();
   // The tensor passed. Pinned when both captures that agreed were passed that
   // same tensor: the step may read it another way too (a closure), so only
-  // that tensor replays in this position (PinRepeatedArguments).
+  // that tensor replays in this position (BindRepeatedTensors).
   WeakTensor captured_as = NoTensor();
   bool pinned = false;
   // A host argument the graph does not read, as it was: the step's Python
@@ -186,11 +215,17 @@ void AbortCapture();
 
 // Why `next` differs from `previous` (so neither can stand for the other),
 // naming the op and the user's line of a frozen value; empty when they agree.
-std::string Disagreement(const StepRecord& previous, const StepRecord& next);
+// A host tensor the step reads must hold equal values in both, since a value
+// the step's own Python changes is frozen. Once `previous` replays
+// (`replaying`), a host tensor read from the same memory may have changed:
+// the replays read it anew.
+std::string Disagreement(const StepRecord& previous, const StepRecord& next, bool replaying);
 
-// Pins `next`'s arguments that `previous` was passed as the same tensor: a
-// position whose tensor varied between the captures is bound by position.
-void PinRepeatedArguments(const StepRecord& previous, StepRecord& next);
+// Binds what both captures read from the same tensor to that tensor: pins
+// `next`'s arguments that `previous` was passed as the same tensor (a
+// position whose tensor varied is bound by position), and freezes a host
+// tensor's value unless both read it from the same memory.
+void BindRepeatedTensors(const StepRecord& previous, StepRecord& next);
 
 enum class ReplayStatus { kDone, kInputPending, kGuardFailed };
 struct ReplayOutcome {

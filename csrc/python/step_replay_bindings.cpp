@@ -82,11 +82,12 @@ void BindStepReplay(py::module& m) {
     static auto* kept = new std::vector<std::shared_ptr<StepRecord>>();
     kept->push_back(std::move(record));
   });
-  m.def("_record_disagreement", [](const StepRecord& previous, const StepRecord& next) {
-    return Disagreement(previous, next);
-  });
-  m.def("_pin_repeated_arguments",
-        [](const StepRecord& previous, StepRecord& next) { PinRepeatedArguments(previous, next); });
+  m.def("_record_disagreement",
+        [](const StepRecord& previous, const StepRecord& next, bool replaying) {
+          return Disagreement(previous, next, replaying);
+        });
+  m.def("_bind_repeated_tensors",
+        [](const StepRecord& previous, StepRecord& next) { BindRepeatedTensors(previous, next); });
   py::class_<StaticStep, std::shared_ptr<StaticStep>>(m, "_StaticStep")
       .def("bind",
            [](StaticStep& step, const std::vector<at::Tensor>& arguments) {

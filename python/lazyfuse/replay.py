@@ -449,7 +449,7 @@ class ReplayedStep:
         elif previous is None:
             why = record.not_replayable or "first capture"
         else:
-            why = _C._record_disagreement(previous, record)
+            why = _C._record_disagreement(previous, record, self._record is not None)
             if not why and not _same(outputs, self._outputs):
                 why = "the calls returned different Python values or structures"
         checked = self._record is not None and self._since_check >= self.check_every
@@ -458,7 +458,7 @@ class ReplayedStep:
         if self._graph is not None:
             self._drop_graph("the step was captured again")
         if not why:
-            _C._pin_repeated_arguments(previous, record)
+            _C._bind_repeated_tensors(previous, record)
             self._record, self._candidate = record, None
             self._guards, self._optimizers = guards, optimizers
             self._hyper = _hyperparameters(optimizers)
