@@ -24,7 +24,12 @@ import torchgen
 import torchgen.gen_lazy_tensor as gen_lazy_tensor
 from torchgen.api.lazy import LazyArgument, LazyIrSchema, isValueType, tensorListValueT
 from torchgen.api.types import BaseCType, DispatcherSignature, NativeSignature, OptionalCType
-from torchgen.dest.lazy_ir import GenLazyIR, GenLazyNativeFuncDefinition, gen_fallback_code
+from torchgen.dest.lazy_ir import (
+    ComputeShapeSignature,
+    GenLazyIR,
+    GenLazyNativeFuncDefinition,
+    gen_fallback_code,
+)
 from torchgen.gen import get_grouped_native_functions, parse_native_yaml
 from torchgen.model import BackendMetadata, NativeFunction, NativeFunctionsGroup
 
@@ -448,9 +453,23 @@ class GenLazyFuseNativeFuncDefinition(GenLazyNativeFuncDefinition):
         tensors: the view, then a clone, whose empty_like has its meta kernel
         in Python (torch/_meta_registrations.py), some 10 us a call. Every IR
         node the trace cannot reuse (a new shape's every view) paid it. The
-        view alone gives the same sizes and dtype, and the same errors."""
-        code = super().shape_inference(func, schema)
-        return COPY_ON_META.sub(_view_on_meta, code)
+        view alone gives the same sizes and dtype, and the same errors.
+
+        An op with a check_arguments_<kernel> in ops/argument_checks.h runs it
+        first: its shape function or meta kernel lets through arguments that
+        eager's kernel refuses. Only a new node pays for it; a reused one was
+        built from the same operands and attributes, already checked."""
+        code = COPY_ON_META.sub(_view_on_meta, super().shape_inference(func, schema))
+        metadata = self.backend_index.get_kernel(func)
+        if metadata is None or metadata.kernel not in ARGUMENT_CHECKS:
+            return code
+        shape_call = ComputeShapeSignature(
+            metadata.kernel, func, symint=metadata.supports_symint()
+        ).shape_call
+        check_call = shape_call.replace(
+            "torch::lazy::compute_shape_", "lazyfuse::check_arguments_", 1
+        )
+        return f"{check_call};\n{code}"
 
     def dtype_probe(self, func: NativeFunction, schema: LazyIrSchema) -> str:
         """Meta kernels of opaque ops (mm, conv, ...) do not check dtypes; eager
@@ -499,6 +518,11 @@ def validate_with_torch_header(extra_hdr: str) -> Callable[[str, list[str]], Non
     return validate
 
 
+# The kernels with a check_arguments_<kernel> declared (main() fills it).
+ARGUMENT_CHECKS: set[str] = set()
+ARGUMENT_CHECK_DECL = re.compile(r"^void check_arguments_(\w+)\(", re.MULTILINE)
+
+
 DEFINITION_START = re.compile(r"^    \S.*\bLazyNativeFunctions::\w+\(")
 
 
@@ -526,8 +550,12 @@ def main() -> None:
     parser.add_argument("--yaml", required=True)
     parser.add_argument("--output-dir", required=True)
     parser.add_argument("--shape-inference-hdr", required=True)
+    parser.add_argument("--argument-checks-hdr", required=True)
     parser.add_argument("--shards", type=int, default=4)
     options = parser.parse_args()
+    ARGUMENT_CHECKS.update(
+        ARGUMENT_CHECK_DECL.findall(Path(options.argument_checks_hdr).read_text())
+    )
 
     import torch  # noqa: F401  (validate_with_torch_header finds torch's header)
 

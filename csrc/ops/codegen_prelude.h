@@ -14,6 +14,7 @@
 #include "ltc/eager_fallback.h"
 #include "ltc/ir_reuse.h"
 #include "ltc/node.h"
+#include "ops/argument_checks.h"
 #include "ops/batch_norm_step.h"
 #include "ops/device_checks.h"
 #include "ops/inference_mode.h"

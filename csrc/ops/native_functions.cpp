@@ -18,6 +18,7 @@
 #include "ltc/config.h"
 #include "ltc/graph_executor.h"
 #include "ltc/step_replay.h"
+#include "ops/argument_checks.h"
 #include "ops/collectives.h"
 #include "ops/device_checks.h"
 #include "ops/functional_tensors.h"
@@ -236,6 +237,7 @@ at::Tensor LazyNativeFunctions::masked_fill(const at::Tensor& self,
                                             const at::Tensor& mask,
                                             const at::Scalar& value) {
   TORCH_LAZY_FN_COUNTER("lazy::");
+  CheckScalarFits("aten::masked_fill", "value", value, self.scalar_type());
   // A host scalar operand, as for any Python number in a lazy op.
   at::Tensor fill = at::scalar_tensor(value, at::TensorOptions().dtype(self.scalar_type()));
   return at::where(mask, fill, self);

@@ -1,0 +1,199 @@
+#include <ATen/Dispatch.h>
+#include <ATen/ops/result_type.h>
+#include <c10/util/Exception.h>
+
+#include <exception>
+
+#include "ops/argument_checks.h"
+
+// The checks of scalar arguments eager converts to the dtype it computes in
+// (ops/argument_checks.h).
+
+namespace lazyfuse {
+
+void CheckScalarFits(const char* op,
+                     const char* arg,
+                     const at::Scalar& value,
+                     at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kBool:
+    case at::kByte:
+    case at::kChar:
+    case at::kShort:
+    case at::kInt:
+    case at::kLong:
+    case at::kHalf:
+    case at::kBFloat16:
+    case at::kFloat:
+    case at::kDouble:
+      break;
+    default:
+      return;  // complex, float8, wide unsigned: no range checked here
+  }
+  try {
+    AT_DISPATCH_ALL_TYPES_AND3(
+        at::kBool, at::kHalf, at::kBFloat16, dtype, "fits", [&] { (void)value.to<scalar_t>(); });
+  } catch (const std::exception& error) {  // c10's overflow report is a runtime_error
+    TORCH_CHECK(false, op, ": ", arg, "=", value, ": ", error.what());
+  }
+}
+
+namespace {
+
+void CheckFits(const char* op, const char* arg, const at::Scalar& value, at::ScalarType dtype) {
+  CheckScalarFits(op, arg, value, dtype);
+}
+
+void CheckFits(const char* op,
+               const char* arg,
+               const std::optional<at::Scalar>& value,
+               at::ScalarType dtype) {
+  if (value.has_value()) {
+    CheckScalarFits(op, arg, *value, dtype);
+  }
+}
+
+// Half and bfloat16 kernels take some such scalars (addcmul's value) in float.
+at::ScalarType OpMath(at::ScalarType dtype) {
+  return at::isReducedFloatingType(dtype) ? at::kFloat : dtype;
+}
+
+at::ScalarType Promoted(const at::Tensor& self,
+                        const std::optional<at::Scalar>& a,
+                        const std::optional<at::Scalar>& b) {
+  at::ScalarType dtype = self.scalar_type();
+  for (const auto* scalar : {&a, &b}) {
+    if (scalar->has_value()) {
+      dtype = at::promoteTypes(dtype, at::result_type(self, **scalar));
+    }
+  }
+  return dtype;
+}
+
+}  // namespace
+
+void check_arguments_fill(const at::Tensor& self, const at::Scalar& value) {
+  CheckFits("aten::fill_", "value", value, self.scalar_type());
+}
+
+void check_arguments_add(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
+  CheckFits("aten::add", "alpha", alpha, at::result_type(self, other));
+}
+
+void check_arguments_sub(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
+  CheckFits("aten::sub", "alpha", alpha, at::result_type(self, other));
+}
+
+void check_arguments_rsub(const at::Tensor& self,
+                          const at::Tensor& other,
+                          const at::Scalar& alpha) {
+  CheckFits("aten::rsub", "alpha", alpha, at::result_type(self, other));
+}
+
+void check_arguments_clamp(const at::Tensor& self,
+                           const std::optional<at::Scalar>& min,
+                           const std::optional<at::Scalar>& max) {
+  const at::ScalarType dtype = Promoted(self, min, max);
+  CheckFits("aten::clamp", "min", min, dtype);
+  CheckFits("aten::clamp", "max", max, dtype);
+}
+
+// Tensor bounds are operands, cast as any operand is.
+void check_arguments_clamp(const at::Tensor& /*self*/,
+                           const std::optional<at::Tensor>& /*min*/,
+                           const std::optional<at::Tensor>& /*max*/) {}
+
+void check_arguments_clamp_min(const at::Tensor& self, const at::Scalar& min) {
+  CheckFits("aten::clamp_min", "min", min, Promoted(self, min, std::nullopt));
+}
+
+void check_arguments_clamp_min(const at::Tensor& /*self*/, const at::Tensor& /*min*/) {}
+
+void check_arguments_clamp_max(const at::Tensor& self, const at::Scalar& max) {
+  CheckFits("aten::clamp_max", "max", max, Promoted(self, max, std::nullopt));
+}
+
+void check_arguments_clamp_max(const at::Tensor& /*self*/, const at::Tensor& /*max*/) {}
+
+void check_arguments_threshold(const at::Tensor& self,
+                               const at::Scalar& threshold,
+                               const at::Scalar& value) {
+  CheckFits("aten::threshold", "threshold", threshold, OpMath(self.scalar_type()));
+  CheckFits("aten::threshold", "value", value, OpMath(self.scalar_type()));
+}
+
+void check_arguments_addcmul(const at::Tensor& self,
+                             const at::Tensor& tensor1,
+                             const at::Tensor& tensor2,
+                             const at::Scalar& value) {
+  CheckFits("aten::addcmul",
+            "value",
+            value,
+            OpMath(at::promoteTypes(at::result_type(self, tensor1), tensor2.scalar_type())));
+}
+
+void check_arguments_addcdiv(const at::Tensor& self,
+                             const at::Tensor& tensor1,
+                             const at::Tensor& tensor2,
+                             const at::Scalar& value) {
+  CheckFits("aten::addcdiv",
+            "value",
+            value,
+            OpMath(at::promoteTypes(at::result_type(self, tensor1), tensor2.scalar_type())));
+}
+
+void check_arguments_index_fill(const at::Tensor& self,
+                                int64_t /*dim*/,
+                                const at::Tensor& /*index*/,
+                                const at::Scalar& value) {
+  CheckFits("aten::index_fill", "value", value, self.scalar_type());
+}
+
+void check_arguments_scatter(const at::Tensor& self,
+                             int64_t /*dim*/,
+                             const at::Tensor& /*index*/,
+                             const at::Scalar& value) {
+  CheckFits("aten::scatter", "value", value, self.scalar_type());
+}
+
+void check_arguments_scatter(const at::Tensor& self,
+                             int64_t dim,
+                             const at::Tensor& index,
+                             const at::Scalar& value,
+                             c10::string_view /*reduce*/) {
+  check_arguments_scatter(self, dim, index, value);
+}
+
+void check_arguments_hardtanh(const at::Tensor& self,
+                              const at::Scalar& min_val,
+                              const at::Scalar& max_val) {
+  CheckFits("aten::hardtanh", "min_val", min_val, self.scalar_type());
+  CheckFits("aten::hardtanh", "max_val", max_val, self.scalar_type());
+}
+
+void check_arguments_pow(const at::Tensor& self, const at::Scalar& exponent) {
+  CheckFits("aten::pow", "exponent", exponent, at::result_type(self, exponent));
+}
+
+// Tensor values, sources and exponents are operands, cast as any operand is.
+void check_arguments_index_fill(const at::Tensor& /*self*/,
+                                int64_t /*dim*/,
+                                const at::Tensor& /*index*/,
+                                const at::Tensor& /*value*/) {}
+
+void check_arguments_scatter(const at::Tensor& /*self*/,
+                             int64_t /*dim*/,
+                             const at::Tensor& /*index*/,
+                             const at::Tensor& /*src*/) {}
+
+void check_arguments_scatter(const at::Tensor& /*self*/,
+                             int64_t /*dim*/,
+                             const at::Tensor& /*index*/,
+                             const at::Tensor& /*src*/,
+                             c10::string_view /*reduce*/) {}
+
+void check_arguments_pow(const at::Tensor& /*self*/, const at::Tensor& /*exponent*/) {}
+
+void check_arguments_pow(const at::Scalar& /*self*/, const at::Tensor& /*exponent*/) {}
+
+}  // namespace lazyfuse

@@ -1,0 +1,329 @@
+"""Arguments eager refuses are refused by the lazy op itself, at the call, in
+a message that names the op: never silently computed (a layer_norm weight of
+the wrong shape, an int32 clamped at 2**40), and never left for the graph's
+run, where the error would surface at a later read and every read after it."""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections.abc import Callable
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.utils._pytree import tree_map
+
+import lazyfuse
+
+DEV = lazyfuse.lazy_device()
+BIG = 2**40
+
+
+def _lazy(value: object) -> object:
+    return value.to(DEV) if isinstance(value, torch.Tensor) else value
+
+
+def _x() -> torch.Tensor:
+    return torch.randn(2, 3, 8, 8)
+
+
+def _ints() -> torch.Tensor:
+    return torch.tensor([1, 2, 3], dtype=torch.int32)
+
+
+# (op the message names, the call, its inputs): eager raises on each.
+REFUSED: dict[str, tuple[str, Callable[..., object], Callable[[], tuple]]] = {
+    "conv2d, wrong input channels": (
+        "aten::convolution",
+        lambda x, w: F.conv2d(x, w),
+        lambda: (_x(), torch.randn(4, 5, 3, 3)),
+    ),
+    "conv2d, kernel larger than the input": (
+        "aten::convolution",
+        lambda x, w: F.conv2d(x, w),
+        lambda: (_x(), torch.randn(4, 3, 9, 9)),
+    ),
+    "conv2d, groups not dividing the channels": (
+        "aten::convolution",
+        lambda x, w: F.conv2d(x, w, groups=2),
+        lambda: (_x(), torch.randn(4, 3, 3, 3)),
+    ),
+    "conv2d, bias of the wrong size": (
+        "aten::convolution",
+        lambda x, w, b: F.conv2d(x, w, b),
+        lambda: (_x(), torch.randn(4, 3, 3, 3), torch.randn(5)),
+    ),
+    "conv_transpose2d, wrong input channels": (
+        "aten::convolution",
+        lambda x, w: F.conv_transpose2d(x, w),
+        lambda: (_x(), torch.randn(5, 4, 3, 3)),
+    ),
+    "conv_transpose2d, output_padding too large": (
+        "aten::convolution",
+        lambda x, w: F.conv_transpose2d(x, w, stride=2, output_padding=2),
+        lambda: (_x(), torch.randn(3, 4, 3, 3)),
+    ),
+    "conv1d, negative padding": (
+        "aten::convolution",
+        lambda x, w: torch.ops.aten.convolution(x, w, None, [1], [-1], [1], False, [0], 1),
+        lambda: (torch.randn(1, 2, 8), torch.randn(3, 2, 3)),
+    ),
+    "layer_norm, weight of the wrong shape": (
+        "aten::native_layer_norm",
+        lambda x, w: F.layer_norm(x, (8,), w),
+        lambda: (_x(), torch.randn(7)),
+    ),
+    "layer_norm, bias of the wrong shape": (
+        "aten::native_layer_norm",
+        lambda x, b: F.layer_norm(x, (8,), None, b),
+        lambda: (_x(), torch.randn(1, 8)),
+    ),
+    "layer_norm, normalized_shape not the input's": (
+        "aten::native_layer_norm",
+        lambda x: F.layer_norm(x, (7,)),
+        lambda: (_x(),),
+    ),
+    "linear, bias of the wrong size": (
+        "aten::addmm",
+        lambda x, w, b: F.linear(x, w, b),
+        lambda: (torch.randn(2, 3), torch.randn(4, 3), torch.randn(5)),
+    ),
+    "embedding, float indices": (
+        "aten::embedding",
+        lambda i, w: F.embedding(i, w),
+        lambda: (torch.tensor([1.0]), torch.randn(5, 3)),
+    ),
+    "grid_sample, grid of the wrong width": (
+        "aten::grid_sampler_2d",
+        lambda a, g: F.grid_sample(a, g, align_corners=False),
+        lambda: (torch.ones(1, 1, 4, 4), torch.ones(1, 2, 2, 3)),
+    ),
+    "gelu, unknown approximation": (
+        "aten::gelu",
+        lambda a: F.gelu(a, approximate="Tanh"),
+        lambda: (torch.ones(3),),
+    ),
+    "mean of integers": ("aten::mean", lambda a: a.mean(), lambda: (torch.arange(5),)),
+    "repeat, fewer repeats than dims": (
+        "aten::repeat",
+        lambda a: a.repeat(2),
+        lambda: (torch.ones(2, 3),),
+    ),
+    "flip, a dim twice": ("aten::flip", lambda a: a.flip(0, 0), lambda: (torch.ones(2, 3),)),
+    "bitwise_and of floats": (
+        "aten::bitwise_and",
+        lambda a, b: a & b,
+        lambda: (torch.ones(3),) * 2,
+    ),
+    "bitwise_not of floats": ("aten::bitwise_not", torch.bitwise_not, lambda: (torch.ones(3),)),
+    "int32 fill_ with 1e20": ("aten::fill_", lambda a: a.fill_(1e20), lambda: (_ints(),)),
+    "half fill_ with 1e10": ("aten::fill_", lambda a: a.half().fill_(1e10), lambda: (_ints(),)),
+    "int32 clamp at 2**40": ("aten::clamp", lambda a: a.clamp(max=BIG), lambda: (_ints(),)),
+    "int32 clamp_ at 2**40": ("aten::clamp", lambda a: a.clamp_(-BIG, 0), lambda: (_ints(),)),
+    "int32 clamp_min at 2**40": ("aten::clamp_min", lambda a: a.clamp_min(BIG), lambda: (_ints(),)),
+    "half clamp at 1e300": ("aten::clamp", lambda a: a.half().clamp(max=1e300), lambda: (_ints(),)),
+    "int32 add, alpha 2**40": ("aten::add", lambda a: a.add(a, alpha=BIG), lambda: (_ints(),)),
+    "half add, alpha 1e10": (
+        "aten::add",
+        lambda a: a.half().add(a.half(), alpha=1e10),
+        lambda: (_ints(),),
+    ),
+    "int32 sub_, alpha 2**40": ("aten::sub", lambda a: a.sub_(a, alpha=BIG), lambda: (_ints(),)),
+    "int32 threshold value 2**40": (
+        "aten::threshold",
+        lambda a: F.threshold(a, 1, BIG),
+        lambda: (_ints(),),
+    ),
+    "int32 addcmul value 2**40": (
+        "aten::addcmul",
+        lambda a: torch.addcmul(a, a, a, value=BIG),
+        lambda: (_ints(),),
+    ),
+    "int32 index_fill with 2**40": (
+        "aten::index_fill",
+        lambda a, i: a.index_fill(0, i, BIG),
+        lambda: (_ints(), torch.tensor([0])),
+    ),
+    "half scatter_ with 1e10": (
+        "aten::scatter",
+        lambda a, i: a.half().scatter_(0, i, 1e10),
+        lambda: (_ints(), torch.tensor([0])),
+    ),
+    "int32 hardtanh at 2**40": (
+        "aten::hardtanh",
+        lambda a: F.hardtanh(a, -BIG, BIG),
+        lambda: (_ints(),),
+    ),
+    "int8 pow 300": ("aten::pow", lambda a: a.to(torch.int8).pow(300), lambda: (_ints(),)),
+    "int64 masked_fill with a complex": (
+        "aten::masked_fill",
+        lambda a: a.long().masked_fill(a > 1, 1 + 2j),
+        lambda: (_ints(),),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSED))
+def test_refused_at_the_call_naming_the_op(case: str) -> None:
+    op, call, make = REFUSED[case]
+    inputs = make()
+    with pytest.raises(Exception):  # noqa: B017 (eager's own type varies)
+        call(*[t.clone() for t in inputs])
+    lazy_inputs = [_lazy(t) for t in inputs]
+    lazyfuse.mark_step()
+    # No value is read inside: raising here is raising at the call.
+    with pytest.raises(RuntimeError, match=re.escape(op) + ":"):
+        call(*lazy_inputs)
+    # Nothing is left pending, and the process goes on.
+    lazyfuse.mark_step()
+    assert (lazy_inputs[0].float() * 2).sum().item() == pytest.approx(
+        float((inputs[0].float() * 2).sum()), rel=1e-5
+    )
+
+
+# Edges eager accepts: the checks must let them through, with eager's values.
+ACCEPTED: dict[str, tuple[Callable[..., torch.Tensor], Callable[[], tuple]]] = {
+    "conv2d, kernel exactly the padded input": (
+        lambda x, w: F.conv2d(x, w, padding=1),
+        lambda: (_x(), torch.randn(4, 3, 10, 10)),
+    ),
+    "conv2d, groups and dilation": (
+        lambda x, w, b: F.conv2d(x, w, b, groups=3, dilation=2),
+        lambda: (torch.randn(2, 6, 9, 9), torch.randn(6, 2, 3, 3), torch.randn(6)),
+    ),
+    "conv_transpose2d, groups, output_padding below stride": (
+        lambda x, w, b: F.conv_transpose2d(x, w, b, stride=3, output_padding=2, groups=2),
+        lambda: (torch.randn(1, 4, 5, 5), torch.randn(4, 3, 3, 3), torch.randn(6)),
+    ),
+    "conv1d, one stride for all": (
+        lambda x, w: F.conv1d(x, w, stride=2),
+        lambda: (torch.randn(1, 2, 9), torch.randn(3, 2, 3)),
+    ),
+    "conv3d, unbatched": (
+        lambda x, w: F.conv3d(x, w),
+        lambda: (torch.randn(2, 4, 4, 4), torch.randn(3, 2, 2, 2, 2)),
+    ),
+    "layer_norm over two dims": (
+        lambda x, w, b: F.layer_norm(x, (8, 8), w, b),
+        lambda: (_x(), torch.randn(8, 8), torch.randn(8, 8)),
+    ),
+    "linear, bias broadcast from one": (
+        lambda x, w, b: torch.addmm(b, x, w.t()),
+        lambda: (torch.randn(2, 3), torch.randn(4, 3), torch.randn(1, 4)),
+    ),
+    "embedding, int32 indices": (
+        lambda i, w: F.embedding(i, w),
+        lambda: (torch.tensor([1, 4], dtype=torch.int32), torch.randn(5, 3)),
+    ),
+    "gelu tanh": (lambda a: F.gelu(a, approximate="tanh"), lambda: (torch.randn(5),)),
+    "mean of ints into float": (lambda a: a.mean(dtype=torch.float32), lambda: (torch.arange(5),)),
+    "repeat, more repeats than dims": (lambda a: a.repeat(2, 1, 2), lambda: (torch.ones(2, 3),)),
+    "flip, negative dims": (lambda a: a.flip(-1, 0), lambda: (torch.arange(6.0).view(2, 3),)),
+    "bitwise_and of bools with a Python bool": (lambda a: a & True, lambda: (torch.ones(3) > 0,)),
+    "bitwise_or of ints with a Python int": (lambda a: a | 4, lambda: (_ints(),)),
+    "uint8 fill_ with -1": (lambda a: a.to(torch.uint8).fill_(-1), lambda: (_ints(),)),
+    "bool fill_ with 2": (lambda a: a.bool().fill_(2), lambda: (_ints(),)),
+    "int32 fill_ with its largest": (lambda a: a.fill_(2**31 - 1), lambda: (_ints(),)),
+    "int32 clamp with a float bound": (lambda a: a.clamp(max=2.5), lambda: (_ints(),)),
+    "int32 clamp with tensor bounds": (
+        lambda a, b: a.clamp(max=b),
+        lambda: (_ints(), torch.tensor([2, 2, 2], dtype=torch.int32)),
+    ),
+    "half clamp at 6e4": (lambda a: a.half().clamp(max=6e4), lambda: (_ints(),)),
+    "half addcmul value 1e10 (taken in float)": (
+        lambda a: torch.addcmul(a.half(), a.half(), a.half(), value=1e10),
+        lambda: (_ints(),),
+    ),
+    "int32 pow 2.5 (into float)": (lambda a: a.pow(2.5), lambda: (_ints(),)),
+    "half scatter with 6e4": (
+        lambda a, i: a.half().scatter(0, i, 6e4),
+        lambda: (_ints(), torch.tensor([1])),
+    ),
+    "half threshold at 1e10 (taken in float)": (
+        lambda a: F.threshold(a.half(), 1e10, 0.0),
+        lambda: (_ints(),),
+    ),
+    "uint8 clamp, min -1 (wraps to 255)": (
+        lambda a: a.to(torch.uint8).clamp(min=-1),
+        lambda: (_ints(),),
+    ),
+    "int32 add 2**40 (an operand, wrapped)": (lambda a: a.add(BIG), lambda: (_ints(),)),
+    "int32 lt 2**40": (lambda a: a < BIG, lambda: (_ints(),)),
+    "float addcmul value 1e30": (
+        lambda a: torch.addcmul(a.float(), a.float(), a.float(), value=1e30),
+        lambda: (_ints(),),
+    ),
+    "float masked_fill with a real complex": (
+        lambda a: a.float().masked_fill(a > 1, 2 + 0j),
+        lambda: (_ints(),),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(ACCEPTED))
+def test_accepted_as_in_eager(case: str) -> None:
+    call, make = ACCEPTED[case]
+    inputs = make()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a real complex cast into a float warns
+        expected = call(*[t.clone() for t in inputs])
+        got = call(*[_lazy(t) for t in inputs]).cpu()
+    torch.testing.assert_close(got, expected, equal_nan=True)
+
+
+# Error inputs (OpInfo's) where eager refuses and lazyfuse still computes
+# something, each with the reason it is left so.
+KNOWN_ACCEPTED = {
+    ("masked_fill", "value cannot be converted"): "a complex value tensor into a real tensor: "
+    "eager refuses a non-zero imaginary part, a value the trace cannot see without a sync; "
+    "lazyfuse casts it, as `.to()` does",
+}
+# Why error inputs with an out= tensor are not held to eager's refusals.
+OUT_ACCEPTED = (
+    "functionalization writes an out= result through a copy: an out= of another dtype is "
+    "cast into, and one that overlaps an input or itself is written safely, where eager's "
+    "kernels refuse both"
+)
+
+
+def _sync(out: object) -> None:
+    tree_map(lambda v: v.cpu() if isinstance(v, torch.Tensor) else v, out)
+
+
+def test_every_opinfo_error_input_eager_refuses_is_refused() -> None:
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    silent = []
+    checked = 0
+    for info in op_db:
+        if info.error_inputs_func is None:
+            continue
+        for error_input in info.error_inputs("cpu"):
+            sample = error_input.sample_input
+            if "out" in sample.kwargs:
+                continue  # OUT_ACCEPTED
+            try:
+                info(sample.input, *sample.args, **sample.kwargs)
+                continue  # eager accepts it on the CPU
+            except Exception:
+                pass
+            try:
+                inputs = (tree_map(_lazy, sample.input), tree_map(_lazy, sample.args))
+                kwargs = tree_map(_lazy, sample.kwargs)
+            except Exception:
+                continue  # not a tensor lazyfuse takes (sparse, meta)
+            checked += 1
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    _sync(info(inputs[0], *inputs[1], **kwargs))
+                    _sync(inputs)
+                    lazyfuse.mark_step()
+            except Exception:
+                continue
+            regex = str(error_input.error_regex)
+            if not any(op in ("*", info.name) and known in regex for op, known in KNOWN_ACCEPTED):
+                silent.append(f"{info.name}: eager raises {regex!r}")
+    assert checked > 450
+    assert not silent, "lazyfuse computes what eager refuses:\n" + "\n".join(silent)
