@@ -283,12 +283,11 @@ void check_arguments_mean(const at::Tensor& self, std::optional<at::ScalarType> 
               c10::toString(dtype.value_or(self.scalar_type())));
 }
 
-void check_arguments_mean(const at::Tensor& self,
+// mean.dim is structured: its meta kernel refuses such a dtype itself.
+void check_arguments_mean(const at::Tensor& /*self*/,
                           at::OptionalIntArrayRef /*dim*/,
                           bool /*keepdim*/,
-                          std::optional<at::ScalarType> dtype) {
-  check_arguments_mean(self, dtype);
-}
+                          std::optional<at::ScalarType> /*dtype*/) {}
 
 void check_arguments_repeat(const at::Tensor& self, at::IntArrayRef repeats) {
   TORCH_CHECK(static_cast<int64_t>(repeats.size()) >= self.dim(),

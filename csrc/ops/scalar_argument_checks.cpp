@@ -70,6 +70,11 @@ at::ScalarType Promoted(const at::Tensor& self,
   return dtype;
 }
 
+// The dtype a pointwise op of three tensors computes in.
+at::ScalarType PointwiseDtype(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c) {
+  return at::promoteTypes(at::result_type(a, b), c.scalar_type());
+}
+
 }  // namespace
 
 void check_arguments_fill(const at::Tensor& self, const at::Scalar& value) {
@@ -126,20 +131,14 @@ void check_arguments_addcmul(const at::Tensor& self,
                              const at::Tensor& tensor1,
                              const at::Tensor& tensor2,
                              const at::Scalar& value) {
-  CheckFits("aten::addcmul",
-            "value",
-            value,
-            OpMath(at::promoteTypes(at::result_type(self, tensor1), tensor2.scalar_type())));
+  CheckFits("aten::addcmul", "value", value, OpMath(PointwiseDtype(self, tensor1, tensor2)));
 }
 
 void check_arguments_addcdiv(const at::Tensor& self,
                              const at::Tensor& tensor1,
                              const at::Tensor& tensor2,
                              const at::Scalar& value) {
-  CheckFits("aten::addcdiv",
-            "value",
-            value,
-            OpMath(at::promoteTypes(at::result_type(self, tensor1), tensor2.scalar_type())));
+  CheckFits("aten::addcdiv", "value", value, OpMath(PointwiseDtype(self, tensor1, tensor2)));
 }
 
 void check_arguments_index_fill(const at::Tensor& self,
