@@ -70,9 +70,16 @@ void DropIrOfComputedTensor(const torch::lazy::LazyTensorPtr& tensor) {
 }
 
 at::Tensor ReadValue(const torch::lazy::LazyTensorPtr& tensor, bool detached) {
+  // LTC gives the tensor an empty output buffer for its IR before the run; a
+  // failed run leaves it empty, and the next read would find no value at all.
+  const torch::lazy::Value pending =
+      tensor->CurrentDataHandle() == nullptr ? tensor->CurrentIrValue() : torch::lazy::Value();
   try {
     return tensor->ToTensor(detached);
   } catch (...) {
+    if (pending) {
+      tensor->SetIrValue(pending);
+    }
     ClearKeptFailure(tensor->GetDevice());
     throw;
   }

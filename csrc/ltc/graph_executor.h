@@ -23,7 +23,8 @@ void DropIrOfComputedTensor(const torch::lazy::LazyTensorPtr& tensor);
 // The value of `tensor`, running its pending graph if it has one. LTC keeps
 // a failure of that graph on the device's lock, to raise again at the next
 // sync of any tensor; lazyfuse raises it here, at once, so it is taken off
-// the device and a later, unrelated read does not fail with it.
+// the device and a later, unrelated read does not fail with it. The tensor
+// keeps its IR, so reading it again raises the same error.
 at::Tensor ReadValue(const torch::lazy::LazyTensorPtr& tensor, bool detached);
 
 // Takes a failure LTC kept on the device's lock off it (see ReadValue): each

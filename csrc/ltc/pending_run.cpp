@@ -45,7 +45,8 @@ class PendingRun {
         program_(run_->program),
         on_stream_(on_stream),
         holders_(program_->results.size()),
-        derived_from_(program_->results.size(), false) {
+        derived_from_(program_->results.size(), false),
+        alone_(program_->results.size()) {
     for (const DerivedResult& entry : program_->derived_results) {
       derived_from_[entry.from] = true;
     }
@@ -139,6 +140,7 @@ class PendingRun {
     if (index < outputs_.size()) {
       outputs_[index].reset();
     }
+    alone_.at(index).reset();
   }
 
   // `keep`: a derived result reads this one again.
@@ -149,19 +151,26 @@ class PendingRun {
     }
     std::lock_guard<std::mutex> lock(mutex_);
     if (run_ != nullptr) {
+      if (at::Tensor value = TakeAlone(index, keep); value.defined()) {
+        return value;
+      }
       if (on_stream_) {
         SynchronizeCpuStream();  // nothing runs beside a second try
       }
       try {
         Finish(/*all=*/false);
       } catch (c10::Error& error) {
+        if (FinishAlone(index)) {
+          return TakeAlone(index, keep);  // the rest stays pending for the others
+        }
         if (on_stream_ && run_->lost.empty()) {
           failure_ = error.what_without_backtrace();
           error.add_context(
               "lazyfuse: this graph ran on the CPU stream after mark_step returned "
               "(asynchronous execution; LAZYFUSE_ASYNC=0 turns it off) and failed there; this "
-              "read ran its rest again, which failed too. Its tensors keep their pending values: "
-              "free memory, or delete the tensors whose step fails, then read the others.");
+              "read ran its rest again, which failed too, and so did the steps this tensor needs. "
+              "Its tensors keep their pending values (free memory if it ran out); those that "
+              "do not need the failing step read as usual.");
         }
         throw;
       }
@@ -172,6 +181,53 @@ class PendingRun {
     // others are derived from stays until the last of them is read.
     if (!keep && !derived_from_[index]) {
       DropOutputLocked(index);
+    }
+    return value;
+  }
+
+  // Finishing the rest failed, most likely on the values of a step some other
+  // held tensor needs (an index out of range): a read that does not need it
+  // must not fail with it, as it would not in eager. A copy of the run runs
+  // only the steps result `index` needs; it shares the run's buffers but may
+  // write over none of them, so the run stays as it was for the other
+  // results. Never where a collective is left, which every rank runs exactly
+  // once. Whether the copy succeeded.
+  bool FinishAlone(size_t index) {
+    if (!run_->lost.empty() || !run_->ran_collective.empty()) {
+      return false;
+    }
+    for (size_t i = run_->next_step; i < program_->steps.size(); ++i) {
+      if (program_->steps[i].kind == StepKind::kCollective) {
+        return false;
+      }
+    }
+    ProgramRun copy = *run_;
+    copy.owned.assign(copy.owned.size(), 0);
+    copy.donated.assign(copy.donated.size(), 0);
+    copy.let_go_of_parameter = nullptr;
+    std::vector<bool> wanted(program_->results.size(), false);
+    wanted[index] = true;
+    std::vector<at::Tensor> outputs;
+    try {
+      outputs = ContinueProgram(copy, wanted);
+    } catch (const std::exception&) {
+      return false;  // this result needs the failing step: the caller raises its error
+    }
+    if (on_stream_) {
+      SettleOutputs(*program_, outputs);
+    }
+    TORCH_LAZY_COUNTER("LazyFuseResultsFinishedAlone", 1);
+    std::lock_guard<std::mutex> lock(outputs_mutex_);
+    alone_.at(index) = std::move(outputs.at(index));
+    return true;
+  }
+
+  // Under mutex_: the value FinishAlone made for result `index`, if it made one.
+  at::Tensor TakeAlone(size_t index, bool keep) {
+    std::lock_guard<std::mutex> outputs_lock(outputs_mutex_);
+    at::Tensor value = alone_.at(index);
+    if (!keep && !derived_from_[index]) {
+      alone_[index].reset();
     }
     return value;
   }
@@ -198,6 +254,7 @@ class PendingRun {
     program_.reset();
     std::lock_guard<std::mutex> lock(outputs_mutex_);
     outputs_ = std::move(outputs);
+    alone_.assign(alone_.size(), at::Tensor());
     // A result no tensor holds any more goes now, as it would in mark_step.
     for (size_t k = 0; k < holders_.size(); ++k) {
       if (holders_[k].expired()) {
@@ -216,6 +273,8 @@ class PendingRun {
   // may go on any thread, while another holds mutex_.
   std::mutex outputs_mutex_;
   std::vector<at::Tensor> outputs_;
+  // By result: a value FinishAlone made while the run stays unfinished.
+  std::vector<at::Tensor> alone_;
   std::string failure_;
 
   std::mutex attempted_mutex_;
@@ -326,7 +385,7 @@ std::string WhyResultsPending(const ProgramRun& run) {
          ", so it cannot be redone from the start. Nothing is lost: the tensors it computes keep "
          "their pending values, and the graph finishes when one of them is next read (free "
          "memory first if it ran out). A step that fails on its inputs' values fails again "
-         "while a tensor that needs it is alive: delete those tensors, then read the others." +
+         "at each read of a tensor that needs it; the others read as usual." +
          (run.ran_collective.empty() ? std::string(" LAZYFUSE_DONATE=0 turns donation off.")
                                      : std::string());
 }

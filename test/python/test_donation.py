@@ -274,8 +274,10 @@ def test_failure_after_an_in_place_write_keeps_every_value(
         lazyfuse.mark_step(wait=True)
     # The graph wrote one update in place before the second kernel failed.
     assert donated() == 1
+    # p's kernel ran: it reads without the failing one...
+    torch.testing.assert_close(p.cpu(), host_p * 3 + 1)
     with pytest.raises(RuntimeError, match="injected kernel fault"):
-        p.cpu()  # finishing the graph fails again, and is kept again
+        r.cpu()  # ...which fails again for r, and is kept again
     lazyfuse._C._inject_kernel_faults(False)
     torch.testing.assert_close(p.cpu(), host_p * 3 + 1)
     torch.testing.assert_close(r.cpu(), host_r * 2 - 1)
@@ -461,8 +463,10 @@ def test_a_step_failing_after_aten_steps_wrote_in_place_loses_nothing(steps: str
     ):
         lazyfuse.mark_step(wait=True)
     assert donated() == 1
+    # p does not need the failing step, so it reads while bad lives...
+    torch.testing.assert_close(p.cpu(), host_p * 3 + 1)
     with pytest.raises(RuntimeError, match="index out of range"):
-        p.cpu()  # finishing the graph still wants bad, which fails again
+        bad.cpu()  # ...and bad, which does, raises again
     del bad
     torch.testing.assert_close(p.cpu(), host_p * 3 + 1)
     p.add_(1)
