@@ -45,8 +45,7 @@ class PendingRun {
         program_(run_->program),
         on_stream_(on_stream),
         holders_(program_->results.size()),
-        derived_from_(program_->results.size(), false),
-        alone_(program_->results.size()) {
+        derived_from_(program_->results.size(), false) {
     for (const DerivedResult& entry : program_->derived_results) {
       derived_from_[entry.from] = true;
     }
@@ -140,7 +139,6 @@ class PendingRun {
     if (index < outputs_.size()) {
       outputs_[index].reset();
     }
-    alone_.at(index).reset();
   }
 
   // `keep`: a derived result reads this one again.
@@ -150,29 +148,26 @@ class PendingRun {
       attempted_cv_.wait(lock, [&] { return attempted_; });
     }
     std::lock_guard<std::mutex> lock(mutex_);
-    if (run_ != nullptr) {
-      if (at::Tensor value = TakeAlone(index, keep); value.defined()) {
-        return value;
-      }
+    if (run_ != nullptr && !FinishedAlone(index)) {
       if (on_stream_) {
         SynchronizeCpuStream();  // nothing runs beside a second try
       }
       try {
         Finish(/*all=*/false);
       } catch (c10::Error& error) {
-        if (FinishAlone(index)) {
-          return TakeAlone(index, keep);  // the rest stays pending for the others
+        // Otherwise the rest stays pending for the others; the value is read below.
+        if (!FinishAlone(index)) {
+          if (on_stream_ && run_->lost.empty()) {
+            failure_ = error.what_without_backtrace();
+            error.add_context(
+                "lazyfuse: this graph ran on the CPU stream after mark_step returned "
+                "(asynchronous execution; LAZYFUSE_ASYNC=0 turns it off) and failed there; this "
+                "read ran its rest again, which failed too, and so did the steps this tensor "
+                "needs. Its tensors keep their pending values (free memory if it ran out); "
+                "those that do not need the failing step read as usual.");
+          }
+          throw;
         }
-        if (on_stream_ && run_->lost.empty()) {
-          failure_ = error.what_without_backtrace();
-          error.add_context(
-              "lazyfuse: this graph ran on the CPU stream after mark_step returned "
-              "(asynchronous execution; LAZYFUSE_ASYNC=0 turns it off) and failed there; this "
-              "read ran its rest again, which failed too, and so did the steps this tensor needs. "
-              "Its tensors keep their pending values (free memory if it ran out); those that "
-              "do not need the failing step read as usual.");
-        }
-        throw;
       }
     }
     std::lock_guard<std::mutex> outputs_lock(outputs_mutex_);
@@ -193,13 +188,12 @@ class PendingRun {
   // results. Never where a collective is left, which every rank runs exactly
   // once. Whether the copy succeeded.
   bool FinishAlone(size_t index) {
-    if (!run_->lost.empty() || !run_->ran_collective.empty()) {
+    const auto& steps = program_->steps;
+    if (!run_->lost.empty() || !run_->ran_collective.empty() ||
+        std::any_of(steps.begin() + run_->next_step, steps.end(), [](const Step& step) {
+          return step.kind == StepKind::kCollective;
+        })) {
       return false;
-    }
-    for (size_t i = run_->next_step; i < program_->steps.size(); ++i) {
-      if (program_->steps[i].kind == StepKind::kCollective) {
-        return false;
-      }
     }
     ProgramRun copy = *run_;
     copy.owned.assign(copy.owned.size(), 0);
@@ -218,18 +212,16 @@ class PendingRun {
     }
     TORCH_LAZY_COUNTER("LazyFuseResultsFinishedAlone", 1);
     std::lock_guard<std::mutex> lock(outputs_mutex_);
-    alone_.at(index) = std::move(outputs.at(index));
+    outputs_.resize(program_->results.size());
+    outputs_[index] = std::move(outputs[index]);
     return true;
   }
 
-  // Under mutex_: the value FinishAlone made for result `index`, if it made one.
-  at::Tensor TakeAlone(size_t index, bool keep) {
-    std::lock_guard<std::mutex> outputs_lock(outputs_mutex_);
-    at::Tensor value = alone_.at(index);
-    if (!keep && !derived_from_[index]) {
-      alone_[index].reset();
-    }
-    return value;
+  // Under mutex_, with the run unfinished: whether FinishAlone made result
+  // `index` and it is still held for a read.
+  bool FinishedAlone(size_t index) {
+    std::lock_guard<std::mutex> lock(outputs_mutex_);
+    return index < outputs_.size() && outputs_[index].defined();
   }
 
   // Runs the steps left: with `all`, as mark_step would have; otherwise only
@@ -254,7 +246,6 @@ class PendingRun {
     program_.reset();
     std::lock_guard<std::mutex> lock(outputs_mutex_);
     outputs_ = std::move(outputs);
-    alone_.assign(alone_.size(), at::Tensor());
     // A result no tensor holds any more goes now, as it would in mark_step.
     for (size_t k = 0; k < holders_.size(); ++k) {
       if (holders_[k].expired()) {
@@ -272,9 +263,8 @@ class PendingRun {
   // Never held while waiting, or while data are made or dropped: a holder
   // may go on any thread, while another holds mutex_.
   std::mutex outputs_mutex_;
+  // By result: once the run finished, its values; before, those FinishAlone made.
   std::vector<at::Tensor> outputs_;
-  // By result: a value FinishAlone made while the run stays unfinished.
-  std::vector<at::Tensor> alone_;
   std::string failure_;
 
   std::mutex attempted_mutex_;

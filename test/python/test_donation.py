@@ -13,18 +13,11 @@ import torch
 import torch.nn.functional as F
 
 import lazyfuse
-from conftest import HOST_COMPILER, NO_FUSED_KERNELS, ON_CUDA
+from conftest import FAILS_ON_VALUES_ON_THE_CPU_ONLY, HOST_COMPILER, NO_FUSED_KERNELS, ON_CUDA
 
 pytestmark = pytest.mark.skipif(not (ON_CUDA or HOST_COMPILER), reason=NO_FUSED_KERNELS)
 
 DONATED = "LazyFuseDonatedParameters"
-
-# The tests whose failing step is an out-of-range index_select.
-FAILS_ON_VALUES_ON_THE_CPU_ONLY = pytest.mark.skipif(
-    ON_CUDA,
-    reason="an out-of-range index is a device-side assert on CUDA, which ends the process's "
-    "CUDA context: there is no failing step to recover from",
-)
 
 
 # On a GPU both run fused kernels: the CUDA backing device always fuses.
