@@ -37,26 +37,6 @@ class FullSyncScope {
   }
 };
 
-void RaiseWithResultsPending(const std::exception_ptr& failure, const std::string& explanation) {
-  std::string what;
-  bool out_of_memory = false;
-  try {
-    std::rethrow_exception(failure);
-  } catch (const c10::OutOfMemoryError& error) {
-    what = error.what_without_backtrace();
-    out_of_memory = true;
-  } catch (const c10::Error& error) {
-    what = error.what_without_backtrace();
-  } catch (const std::exception& error) {
-    what = error.what();
-  }
-  const std::string message = what + "\nlazyfuse: " + explanation;
-  if (out_of_memory) {
-    TORCH_CHECK_WITH(OutOfMemoryError, false, message);
-  }
-  TORCH_CHECK(false, message);
-}
-
 }  // namespace
 
 torch::lazy::hash_t PendingGraphHash() {

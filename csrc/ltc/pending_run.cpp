@@ -10,6 +10,7 @@
 
 #include "ltc/backend_data.h"
 #include "ops/collective_call.h"
+#include "program/error_text.h"
 #include "runtime/cpu/stream.h"
 #include "runtime/result_aliases.h"
 
@@ -378,6 +379,15 @@ std::string WhyResultsPending(const ProgramRun& run) {
          "at each read of a tensor that needs it; the others read as usual." +
          (run.ran_collective.empty() ? std::string(" LAZYFUSE_DONATE=0 turns donation off.")
                                      : std::string());
+}
+
+void RaiseWithResultsPending(const std::exception_ptr& failure, const std::string& explanation) {
+  try {
+    std::rethrow_exception(failure);
+  } catch (const std::exception& error) {
+    RaiseWrapping(error, ErrorText(error) + "\nlazyfuse: " + explanation);
+  }
+  TORCH_CHECK(false, "lazyfuse: ", explanation);
 }
 
 std::vector<torch::lazy::BackendDataPtr> ResultsOfFinishedRun(

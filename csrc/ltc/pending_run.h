@@ -45,6 +45,11 @@ void WaitForCpuStreamRuns();
 // Why a failed run keeps its results pending instead of starting over.
 std::string WhyResultsPending(const ProgramRun& run);
 
+// Raises `failure`'s message followed by `explanation`, as the same class of
+// error.
+[[noreturn]] void RaiseWithResultsPending(const std::exception_ptr& failure,
+                                          const std::string& explanation);
+
 // The results of a successful run as device data.
 std::vector<torch::lazy::BackendDataPtr> ResultsOfFinishedRun(
     std::vector<at::Tensor> outputs,

@@ -17,4 +17,22 @@ inline std::string ErrorText(const std::exception& error) {
   return error.what();
 }
 
+// Raises `message`, which wraps `cause`, as the same kind of error, so Python
+// sees the class eager raises (IndexError for an index out of range).
+[[noreturn]] inline void RaiseWrapping(const std::exception& cause, const std::string& message) {
+#define LAZYFUSE_RAISE_AS(kind)                            \
+  if (dynamic_cast<const c10::kind*>(&cause) != nullptr) { \
+    TORCH_CHECK_WITH(kind, false, message);                \
+  }
+  LAZYFUSE_RAISE_AS(OutOfMemoryError)
+  LAZYFUSE_RAISE_AS(IndexError)
+  LAZYFUSE_RAISE_AS(ValueError)
+  LAZYFUSE_RAISE_AS(TypeError)
+  LAZYFUSE_RAISE_AS(NotImplementedError)
+  LAZYFUSE_RAISE_AS(LinAlgError)
+  LAZYFUSE_RAISE_AS(EnforceFiniteError)
+#undef LAZYFUSE_RAISE_AS
+  TORCH_CHECK(false, message);
+}
+
 }  // namespace lazyfuse

@@ -248,7 +248,7 @@ std::vector<at::Tensor> ContinueProgram(ProgramRun& run, const std::vector<bool>
                                   " of the graph) failed on " + BackingDevice().str() +
                                   (out_of_memory ? " (out of memory)" : "") + ": " + what;
       record_overwrites(&message);
-      TORCH_CHECK(false, message);
+      RaiseWrapping(error, message);
     }
     record_overwrites(nullptr);
     TORCH_CHECK(outs.size() == step.outputs.size(),
