@@ -22,12 +22,19 @@ LazyFuseBackendData::LazyFuseBackendData(torch::lazy::BackendDevice device,
       // view step's result) was read in the wrong order.
       value_(value.is_contiguous() ? std::move(value) : value.contiguous()) {}
 
-LazyFuseBackendData::LazyFuseBackendData(torch::lazy::BackendDevice device,
-                                         torch::lazy::Shape shape,
-                                         std::function<at::Tensor()> pending,
-                                         bool in_flight)
+LazyFuseBackendData::LazyFuseBackendData(
+    torch::lazy::BackendDevice device,
+    torch::lazy::Shape shape,
+    std::function<at::Tensor(const torch::lazy::BackendDataPtr&)> pending,
+    bool in_flight)
     : torch::lazy::BackendData(std::move(device), std::move(shape)),
       pending_(std::make_shared<Pending>(Pending{std::move(pending), at::Tensor(), in_flight})) {}
+
+void LazyFuseBackendData::SetPrior(const torch::lazy::BackendDataPtr& prior) {
+  if (pending()) {
+    pending_->prior = prior;
+  }
+}
 
 void LazyFuseBackendData::Assign(const torch::lazy::BackendData& data) {
   const auto* other = dynamic_cast<const LazyFuseBackendData*>(&data);
@@ -39,7 +46,7 @@ void LazyFuseBackendData::Assign(const torch::lazy::BackendData& data) {
 const at::Tensor& LazyFuseBackendData::tensor() const {
   if (!value_.defined() && pending_ != nullptr) {
     if (!pending_->value.defined()) {
-      at::Tensor value = pending_->make();
+      at::Tensor value = pending_->make(pending_->prior.lock());
       pending_->value = value.is_contiguous() ? std::move(value) : value.contiguous();
       pending_->make = nullptr;  // lets go of what it read from
     }

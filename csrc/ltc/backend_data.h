@@ -26,9 +26,10 @@ class LazyFuseBackendData : public torch::lazy::BackendData {
   // of its parameters (`pending` finishes the graph), a result of a graph
   // running on the CPU stream (`in_flight`; `pending` waits for it), or a
   // view's base kept as a function of the view (runtime/result_aliases.h).
+  // `pending` is given the data set by SetPrior, or nullptr.
   LazyFuseBackendData(torch::lazy::BackendDevice device,
                       torch::lazy::Shape shape,
-                      std::function<at::Tensor()> pending,
+                      std::function<at::Tensor(const torch::lazy::BackendDataPtr& prior)> pending,
                       bool in_flight = false);
 
   Handle GetHandle() override {
@@ -44,6 +45,11 @@ class LazyFuseBackendData : public torch::lazy::BackendData {
   // no more, and the tensor holding this data gets the graph's result
   // instead. Reading it afterwards raises.
   void LetGo();
+  // A pending value's tensor held `prior` before the graph that makes the
+  // value (ltc/prior_values.h): if that graph fails, the value may be undone
+  // to it. Shared by the data assigned from this one. Kept weakly: a failed
+  // run holds its arguments, and a finished one must free them.
+  void SetPrior(const torch::lazy::BackendDataPtr& prior);
   // Whether the value waits for its first read to be made.
   bool pending() const {
     return !value_.defined() && pending_ != nullptr && !pending_->value.defined();
@@ -64,9 +70,10 @@ class LazyFuseBackendData : public torch::lazy::BackendData {
   // A pending value, shared by the data assigned from it, so that it is made
   // once, as one tensor, whichever of them is read first.
   struct Pending {
-    std::function<at::Tensor()> make;
+    std::function<at::Tensor(const torch::lazy::BackendDataPtr& prior)> make;
     at::Tensor value;
     bool in_flight = false;
+    std::weak_ptr<torch::lazy::BackendData> prior;
   };
   // Filled from pending_ on the first read. LTC reads device data from the
   // thread that traces, as it does every tensor's data.

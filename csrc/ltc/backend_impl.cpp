@@ -15,6 +15,7 @@
 #include "ltc/device_data.h"
 #include "ltc/graph_executor.h"
 #include "ltc/pending_run.h"
+#include "ltc/pending_run_failures.h"
 #include "ltc/step_replay.h"
 #include "ops/collective_call.h"
 #include "ops/ir_builder.h"
@@ -267,7 +268,7 @@ class LazyFuseBackendImpl : public torch::lazy::BackendImplInterface {
     }
     std::vector<torch::lazy::BackendDataPtr> results;
     if (on_stream) {
-      results = ResultsRunOnCpuStream(std::move(run), device, std::move(groups));
+      results = ResultsRunOnCpuStream(std::move(run), device, arguments.vec(), std::move(groups));
       NoteExecution(computation, arguments, results, device);
       return results;
     }
@@ -276,11 +277,13 @@ class LazyFuseBackendImpl : public torch::lazy::BackendImplInterface {
       outputs = ContinueProgram(*run);
     } catch (...) {
       if (!run->overwrote_parameter && run->ran_collective.empty()) {
-        throw;  // nothing overwritten: the sync puts the tensors' IR back
+        NoteResultsNeedingFailedStep(ResultsNeedingStep(*program, run->next_step));
+        throw;  // nothing overwritten: the sync puts the tensors' IR back, or undoes them
       }
       FailWithResultsPending(std::current_exception(), WhyResultsPending(*run));
       run->let_go_of_parameter = nullptr;  // it holds this call's arguments
-      results = ResultsFinishedOnRead(std::move(run), device);
+      results =
+          ResultsFinishedOnRead(std::move(run), device, arguments.vec(), std::current_exception());
       NoteExecution(computation, arguments, results, device);
       return results;
     }

@@ -1,12 +1,16 @@
 #include "ltc/graph_executor.h"
 
 #include <c10/util/Exception.h>
+#include <torch/csrc/lazy/core/metrics.h>
 
 #include <unordered_map>
 
+#include "ltc/backend_data.h"
 #include "ltc/config.h"
 #include "ltc/device_data.h"
 #include "ltc/pending_run.h"
+#include "ltc/pending_run_failures.h"
+#include "ltc/prior_values.h"
 #include "ltc/step_replay.h"
 
 namespace lazyfuse {
@@ -22,6 +26,10 @@ struct FullSync {
   std::unordered_map<const torch::lazy::BackendData*, long> graph_holders;
   std::exception_ptr failure;
   std::string explanation;
+  // The graph's results, in order, and for each whether it needs the step
+  // that failed (NoteResultsNeedingFailedStep).
+  std::vector<torch::lazy::Value> roots;
+  std::vector<bool> needs_failed_step;
 };
 thread_local FullSync t_full_sync;
 
@@ -36,6 +44,38 @@ class FullSyncScope {
     t_full_sync = FullSync();
   }
 };
+
+// Whether the failed graph of this sync needed its failing step for `value`.
+bool NeedsFailedStep(const torch::lazy::Value& value) {
+  const auto& roots = t_full_sync.roots;
+  const auto& needs = t_full_sync.needs_failed_step;
+  if (roots.size() != needs.size()) {
+    return false;
+  }
+  for (size_t k = 0; k < roots.size(); ++k) {
+    if (needs[k] && roots[k].node == value.node && roots[k].index == value.index) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// A tensor whose graph failed, having overwritten nothing, gets back the
+// value it held before that graph if it has one (the graph updated it in
+// place) and `undo`; otherwise its IR, to run again.
+void RestoreAfterFailure(const torch::lazy::LazyTensorPtr& tensor,
+                         const torch::lazy::Value& value,
+                         bool undo) {
+  if (undo) {
+    if (torch::lazy::BackendDataPtr prior = PriorValue(*tensor)) {
+      tensor->SetDataHandle(std::move(prior));
+      ForgetPriorValue(*tensor);
+      TORCH_LAZY_COUNTER("LazyFuseValuesUndone", 1);
+      return;
+    }
+  }
+  tensor->SetIrValue(value);
+}
 
 }  // namespace
 
@@ -55,10 +95,13 @@ at::Tensor ReadValue(const torch::lazy::LazyTensorPtr& tensor, bool detached) {
   const torch::lazy::Value pending =
       tensor->CurrentDataHandle() == nullptr ? tensor->CurrentIrValue() : torch::lazy::Value();
   try {
-    return tensor->ToTensor(detached);
+    at::Tensor value = tensor->ToTensor(detached);
+    ForgetPriorValue(*tensor);
+    return value;
   } catch (...) {
     if (pending) {
-      tensor->SetIrValue(pending);
+      // The read raises the failure, so a value the graph updated is undone.
+      RestoreAfterFailure(tensor, pending, FailureUndoes(std::current_exception()));
     }
     ClearKeptFailure(tensor->GetDevice());
     throw;
@@ -69,6 +112,12 @@ void ClearKeptFailure(const torch::lazy::BackendDevice& device) {
   try {
     torch::lazy::LazyGraphExecutor::Get()->DeviceBarrier(device);
   } catch (...) {
+  }
+}
+
+void NoteResultsNeedingFailedStep(std::vector<bool> needs) {
+  if (t_full_sync.active) {
+    t_full_sync.needs_failed_step = std::move(needs);
   }
 }
 
@@ -131,14 +180,33 @@ void LazyFuseGraphExecutor::SyncLiveTensorsGraph(const torch::lazy::BackendDevic
       DeviceBarrier(*device);  // surfaces a failure of this very sync
     }
   } catch (...) {
+    const bool may_undo = FailureUndoes(std::current_exception());
     for (auto& [tensor, value] : pending) {
-      tensor->SetIrValue(value);
+      RestoreAfterFailure(tensor, value, may_undo && NeedsFailedStep(value));
     }
     if (device != nullptr) {
       ClearKeptFailure(*device);
     }
     throw;
   }
+  // A result still to be made (its graph runs on the CPU stream, or failed
+  // after writing over a parameter) may be undone to what its tensor held.
+  std::vector<const torch::lazy::LazyTensor*> synced;
+  synced.reserve(pending.size());
+  for (const auto& entry : pending) {
+    synced.push_back(entry.first.get());
+  }
+  const std::vector<torch::lazy::BackendDataPtr> priors = PriorValues(synced);
+  for (size_t k = 0; k < priors.size(); ++k) {
+    if (priors[k] == nullptr) {
+      continue;
+    }
+    auto* ours = dynamic_cast<LazyFuseBackendData*>(synced[k]->CurrentDataHandle().get());
+    if (ours != nullptr) {
+      ours->SetPrior(priors[k]);
+    }
+  }
+  ForgetAllPriorValues();
   if (t_full_sync.failure) {
     RaiseWithResultsPending(t_full_sync.failure, t_full_sync.explanation);
   }
@@ -171,6 +239,7 @@ torch::lazy::LazyGraphExecutor::PostOrderData LazyFuseGraphExecutor::RunPostOrde
   PostOrderData po_data = torch::lazy::LazyGraphExecutor::RunPostOrder(ir_values, coll);
   NoteGraph(po_data.post_order);
   if (t_full_sync.active) {
+    t_full_sync.roots = ir_values;
     t_full_sync.graph_holders.clear();
     for (const torch::lazy::Node* node : po_data.post_order) {
       if (const DeviceData* leaf = DeviceData::Cast(node)) {

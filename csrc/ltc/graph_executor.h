@@ -6,6 +6,7 @@
 #include <torch/csrc/lazy/core/lazy_graph_executor.h>
 
 #include <unordered_map>
+#include <vector>
 
 namespace lazyfuse {
 
@@ -42,6 +43,11 @@ bool GraphMayOverwrite(const torch::lazy::BackendDataPtr& data);
 // Whether this thread is syncing every live tensor for a mark_step that
 // does not wait: its graph may run after the sync returns.
 bool SyncMayReturnEarly();
+
+// The graph this thread syncs failed at a step, having overwritten nothing;
+// `needs[k]`: whether result k needs that step. The sync then undoes each
+// tensor it updates in place whose result needs it (ltc/prior_values.h).
+void NoteResultsNeedingFailedStep(std::vector<bool> needs);
 
 // The graph failed after a step that cannot be undone or redone: it had
 // overwritten some of its parameters, or run a collective. So it was not

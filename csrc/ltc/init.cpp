@@ -20,6 +20,7 @@
 #include "ops/fused_optimizer_updates.h"
 #include "ops/host_arguments.h"
 #include "ops/inplace_updates.h"
+#include "ops/write_records.h"
 #include "program/compile_log.h"
 #include "runtime/cpu/stream.h"
 #include "runtime/host_library.h"
@@ -68,6 +69,7 @@ void InitLazyFuseBackend() {
     RegisterFunctionalizedComposites();
     RegisterInplaceUpdates();
     RegisterFusedOptimizerUpdates();
+    RegisterWriteRecords();  // last: it covers the writing ops left without an AutogradLazy kernel
     SetCallSiteFunction(&UserCallSite);
   });
 }

@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "ltc/backend_data.h"
+#include "ltc/pending_run_failures.h"
 #include "ops/collective_call.h"
 #include "program/error_text.h"
 #include "runtime/cpu/stream.h"
@@ -41,12 +42,19 @@ void SettleOutputs(const Program& program, std::vector<at::Tensor>& outputs) {
 
 class PendingRun {
  public:
-  PendingRun(std::shared_ptr<ProgramRun> run, bool on_stream)
+  // `failure`: what the sync that ran it raised, for a run that failed there.
+  PendingRun(std::shared_ptr<ProgramRun> run,
+             bool on_stream,
+             std::vector<torch::lazy::BackendDataPtr> arguments,
+             std::exception_ptr failure = nullptr)
       : run_(std::move(run)),
         program_(run_->program),
         on_stream_(on_stream),
+        arguments_(std::move(arguments)),
         holders_(program_->results.size()),
-        derived_from_(program_->results.size(), false) {
+        derived_from_(program_->results.size(), false),
+        failure_error_(std::move(failure)),
+        reported_(failure_error_ != nullptr) {
     for (const DerivedResult& entry : program_->derived_results) {
       derived_from_[entry.from] = true;
     }
@@ -59,13 +67,18 @@ class PendingRun {
     results.reserve(program_->results.size());
     for (size_t i = 0; i < program_->results.size(); ++i) {
       const BufferInfo& info = program_->buffers[program_->results[i]];
-      std::function<at::Tensor()> make;
+      std::function<at::Tensor(const torch::lazy::BackendDataPtr&)> make;
       if (const DerivedResult* entry = derived[i]) {
-        make = [self, entry = *entry, sizes = info.sizes, holder = Holder(self, entry->from)] {
-          return MakeDerivedResult(entry, sizes, self->Result(entry.from, /*keep=*/true));
+        make = [self, entry = *entry, sizes = info.sizes, holder = Holder(self, entry->from)](
+                   const torch::lazy::BackendDataPtr& prior) {
+          bool undone = false;
+          at::Tensor from = self->Result(entry.from, /*keep=*/true, prior, &undone);
+          return undone ? from : MakeDerivedResult(entry, sizes, from);
         };
       } else {
-        make = [self, i, holder = Holder(self, i)] { return self->Result(i, /*keep=*/false); };
+        make = [self, i, holder = Holder(self, i)](const torch::lazy::BackendDataPtr& prior) {
+          return self->Result(i, /*keep=*/false, prior, nullptr);
+        };
       }
       results.push_back(std::make_shared<LazyFuseBackendData>(
           device, torch::lazy::Shape(info.dtype, info.sizes), std::move(make), on_stream_));
@@ -80,6 +93,7 @@ class PendingRun {
       try {
         Finish(/*all=*/true);
       } catch (...) {
+        failure_error_ = std::current_exception();
         TORCH_LAZY_COUNTER("LazyFuseStreamRunFailures", 1);
       }
     }
@@ -105,6 +119,20 @@ class PendingRun {
   std::string failure() {
     std::lock_guard<std::mutex> lock(mutex_);
     return failure_;
+  }
+
+  // Whether the run's failure was raised already.
+  bool reported() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return reported_;
+  }
+
+  // A wait raised the failure of this unfinished run: from now on a tensor
+  // it updates in place that needs the failing step may get its value from
+  // before the run back.
+  void NoteFailureReported() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    reported_ = true;
   }
 
  private:
@@ -142,30 +170,65 @@ class PendingRun {
     }
   }
 
-  // `keep`: a derived result reads this one again.
-  at::Tensor Result(size_t index, bool keep) {
+  // `keep`: a derived result reads this one again. `prior`: what the tensor
+  // reading it held before this graph (ltc/prior_values.h), or nullptr; a
+  // value undone to it sets `*undone`.
+  at::Tensor Result(size_t index,
+                    bool keep,
+                    const torch::lazy::BackendDataPtr& prior,
+                    bool* undone) {
     if (on_stream_) {
       std::unique_lock<std::mutex> lock(attempted_mutex_);
       attempted_cv_.wait(lock, [&] { return attempted_; });
     }
     std::lock_guard<std::mutex> lock(mutex_);
     if (run_ != nullptr && !FinishedAlone(index)) {
-      if (on_stream_) {
-        SynchronizeCpuStream();  // nothing runs beside a second try
+      std::exception_ptr failure = failure_error_;
+      bool fresh = false;
+      // The rest of the run is tried again until its failure is raised. After
+      // that only where no value may be undone instead: memory ran out, which
+      // freeing memory cures, a collective ran, or the values are lost. Never
+      // once a value is undone, whose memory the run would write over.
+      const bool retry = failure == nullptr || !reported_ || !FailureUndoes(failure) ||
+                         !run_->lost.empty() || !run_->ran_collective.empty();
+      if (!undid_ && retry) {
+        if (on_stream_) {
+          SynchronizeCpuStream();  // nothing runs beside a second try
+        }
+        try {
+          Finish(/*all=*/false);
+          failure = nullptr;
+        } catch (const c10::Error&) {
+          failure = std::current_exception();
+          failure_error_ = failure;
+          fresh = true;
+        }
       }
-      try {
-        Finish(/*all=*/false);
-      } catch (c10::Error& error) {
-        // Otherwise the rest stays pending for the others; the value is read below.
-        if (!FinishAlone(index)) {
-          if (on_stream_ && run_->lost.empty()) {
+      // Otherwise the rest stays pending for the others; the value is read below.
+      if (failure != nullptr && !FinishAlone(index)) {
+        if (prior != nullptr && prior->HasValue() && reported_ && FailureUndoes(failure) &&
+            MayUndoTo(*prior)) {
+          undid_ = true;
+          TORCH_LAZY_COUNTER("LazyFuseValuesUndone", 1);
+          if (undone != nullptr) {
+            *undone = true;
+          }
+          return static_cast<const LazyFuseBackendData&>(*prior).tensor();
+        }
+        reported_ = true;
+        try {
+          std::rethrow_exception(failure);
+        } catch (c10::Error& error) {
+          if (fresh && on_stream_ && run_->lost.empty()) {
             failure_ = error.what_without_backtrace();
             error.add_context(
                 "lazyfuse: this graph ran on the CPU stream after mark_step returned "
                 "(asynchronous execution; LAZYFUSE_ASYNC=0 turns it off) and failed there; this "
                 "read ran its rest again, which failed too, and so did the steps this tensor "
                 "needs. Its tensors keep their pending values (free memory if it ran out); "
-                "those that do not need the failing step read as usual.");
+                "those that do not need the failing step read as usual. From now on, a tensor "
+                "it updates in place that needs the failing step reads as it was before the "
+                "graph.");
           }
           throw;
         }
@@ -179,6 +242,20 @@ class PendingRun {
       DropOutputLocked(index);
     }
     return value;
+  }
+
+  // Under mutex_, with the run unfinished: whether a tensor it updates in
+  // place may get back `prior`, its value from before the run. Not once a
+  // step wrote over that memory (buffer donation), nor after a collective,
+  // which other ranks have completed.
+  bool MayUndoTo(const torch::lazy::BackendData& prior) const {
+    if (!run_->lost.empty() || !run_->ran_collective.empty()) {
+      return false;
+    }
+    const at::Tensor& value = static_cast<const LazyFuseBackendData&>(prior).tensor();
+    const void* memory = value.has_storage() ? value.storage().data() : nullptr;
+    const auto& overwritten = run_->overwritten_memory;
+    return std::find(overwritten.begin(), overwritten.end(), memory) == overwritten.end();
   }
 
   // Finishing the rest failed, most likely on the values of a step some other
@@ -237,6 +314,7 @@ class PendingRun {
     }
     std::vector<at::Tensor> outputs = ContinueProgram(*run_, wanted);
     run_.reset();
+    arguments_.clear();
     if (on_stream_) {
       SettleOutputs(*program_, outputs);
     } else {
@@ -259,6 +337,8 @@ class PendingRun {
   std::shared_ptr<ProgramRun> run_;
   std::shared_ptr<const Program> program_;
   const bool on_stream_;
+  // Held until the run finishes: what a tensor it updates may be undone to.
+  std::vector<torch::lazy::BackendDataPtr> arguments_;
   std::vector<std::weak_ptr<void>> holders_;
   std::vector<bool> derived_from_;  // by result: whether a derived result reads it again
   // Never held while waiting, or while data are made or dropped: a holder
@@ -267,6 +347,13 @@ class PendingRun {
   // By result: once the run finished, its values; before, those FinishAlone made.
   std::vector<at::Tensor> outputs_;
   std::string failure_;
+  // The run's failure, once a read met it, or the sync that ran it raised it.
+  std::exception_ptr failure_error_;
+  // Whether the run's failure reached the user: a read or a wait raised it,
+  // or the sync that ran it did.
+  bool reported_;
+  // Whether a value was undone to its prior (see Result).
+  bool undid_ = false;
 
   std::mutex attempted_mutex_;
   std::condition_variable attempted_cv_;
@@ -280,16 +367,22 @@ std::vector<std::weak_ptr<PendingRun>> g_stream_runs;
 }  // namespace
 
 std::vector<torch::lazy::BackendDataPtr> ResultsFinishedOnRead(
-    std::shared_ptr<ProgramRun> run, const torch::lazy::BackendDevice& device) {
-  auto pending = std::make_shared<PendingRun>(std::move(run), /*on_stream=*/false);
+    std::shared_ptr<ProgramRun> run,
+    const torch::lazy::BackendDevice& device,
+    std::vector<torch::lazy::BackendDataPtr> arguments,
+    std::exception_ptr failure) {
+  auto pending = std::make_shared<PendingRun>(
+      std::move(run), /*on_stream=*/false, std::move(arguments), std::move(failure));
   return pending->Results(pending, device);
 }
 
 std::vector<torch::lazy::BackendDataPtr> ResultsRunOnCpuStream(
     std::shared_ptr<ProgramRun> run,
     const torch::lazy::BackendDevice& device,
+    std::vector<torch::lazy::BackendDataPtr> arguments,
     std::shared_ptr<const CollectiveGroups> groups) {
-  auto pending = std::make_shared<PendingRun>(std::move(run), /*on_stream=*/true);
+  auto pending =
+      std::make_shared<PendingRun>(std::move(run), /*on_stream=*/true, std::move(arguments));
   std::vector<torch::lazy::BackendDataPtr> results = pending->Results(pending, device);
   {
     std::lock_guard<std::mutex> lock(g_stream_runs_mutex);
@@ -341,53 +434,19 @@ void WaitForCpuStreamRuns() {
                   "execution; LAZYFUSE_ASYNC=0 turns it off) failed when it ran, and what it "
                   "computes cannot be made again. ",
                   lost);
-      TORCH_CHECK(!run->Unfinished(),
+      if (!run->Unfinished() || run->reported()) {
+        continue;  // finished, or its failure was raised already
+      }
+      run->NoteFailureReported();
+      TORCH_CHECK(false,
                   "lazyfuse: a graph that mark_step handed to the CPU stream (asynchronous "
                   "execution; LAZYFUSE_ASYNC=0 turns it off) failed when it ran. Nothing is lost: "
                   "its tensors keep their pending values, and reading one runs the rest of the "
-                  "graph again (raising its error if it fails again).",
+                  "graph again (raising its error if it fails again). A tensor it updates in "
+                  "place that needs the failing step reads as it was before the graph.",
                   run->failure().empty() ? "" : " The last read raised: " + run->failure());
     }
   }
-}
-
-std::string WhyResultsPending(const ProgramRun& run) {
-  if (!run.ran_collective.empty() && !run.lost.empty()) {
-    return "the collective " + run.ran_collective +
-           " failed. A collective is never retried, since other ranks may have completed it: "
-           "the values this graph computes are lost, and reading one of them raises this "
-           "error. Every rank must stop, or re-create the process group and reassign those "
-           "tensors (for example, load a checkpoint).";
-  }
-  if (!run.lost.empty()) {
-    return "the failing kernel had already begun writing its results over the memory of some "
-           "of its inputs (buffer donation), parameters among them, so neither it nor the "
-           "graph can be run again: the values this graph computes are lost, and reading one "
-           "of them raises this error. Reassign those tensors (for example, load a checkpoint) "
-           "to go on. LAZYFUSE_DONATE=0 turns donation off.";
-  }
-  const std::string cause =
-      run.ran_collective.empty()
-          ? "had already written results over some of its inputs, or let go of them (buffer "
-            "donation)"
-          : "had already run the collective " + run.ran_collective +
-                ", which every rank runs exactly once";
-  return "the graph " + cause +
-         ", so it cannot be redone from the start. Nothing is lost: the tensors it computes keep "
-         "their pending values, and the graph finishes when one of them is next read (free "
-         "memory first if it ran out). A step that fails on its inputs' values fails again "
-         "at each read of a tensor that needs it; the others read as usual." +
-         (run.ran_collective.empty() ? std::string(" LAZYFUSE_DONATE=0 turns donation off.")
-                                     : std::string());
-}
-
-void RaiseWithResultsPending(const std::exception_ptr& failure, const std::string& explanation) {
-  try {
-    std::rethrow_exception(failure);
-  } catch (const std::exception& error) {
-    RaiseWrapping(error, ErrorText(error) + "\nlazyfuse: " + explanation);
-  }
-  TORCH_CHECK(false, "lazyfuse: ", explanation);
 }
 
 std::vector<torch::lazy::BackendDataPtr> ResultsOfFinishedRun(
@@ -403,7 +462,10 @@ std::vector<torch::lazy::BackendDataPtr> ResultsOfFinishedRun(
     const torch::lazy::Shape shape(info.dtype, info.sizes);
     if (const DerivedResult* entry = derived[i]) {
       results.push_back(std::make_shared<LazyFuseBackendData>(
-          device, shape, [entry = *entry, sizes = info.sizes, from = outputs[entry->from]] {
+          device,
+          shape,
+          [entry = *entry, sizes = info.sizes, from = outputs[entry->from]](
+              const torch::lazy::BackendDataPtr& /*prior*/) {
             return MakeDerivedResult(entry, sizes, from);
           }));
     } else {

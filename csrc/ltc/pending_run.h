@@ -13,6 +13,7 @@
 #include <torch/csrc/lazy/backend/backend_data.h>
 #include <torch/csrc/lazy/backend/backend_device.h>
 
+#include <exception>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,15 +24,22 @@ namespace lazyfuse {
 
 struct CollectiveGroups;  // ops/collective_call.h
 
-// Pending data for each of the failed `run`'s results.
+// Pending data for each of the failed `run`'s results; the sync that ran it
+// raises `failure`. Until the run finishes it holds its `arguments`, the
+// values a tensor it updates may be undone to (ltc/prior_values.h).
 std::vector<torch::lazy::BackendDataPtr> ResultsFinishedOnRead(
-    std::shared_ptr<ProgramRun> run, const torch::lazy::BackendDevice& device);
+    std::shared_ptr<ProgramRun> run,
+    const torch::lazy::BackendDevice& device,
+    std::vector<torch::lazy::BackendDataPtr> arguments,
+    std::exception_ptr failure);
 
 // Hands `run`, not yet started, to the CPU stream and returns pending data
-// for each of its results. `groups`: those of its collectives, if it holds any.
+// for each of its results, holding `arguments` as above. `groups`: those of
+// its collectives, if it holds any.
 std::vector<torch::lazy::BackendDataPtr> ResultsRunOnCpuStream(
     std::shared_ptr<ProgramRun> run,
     const torch::lazy::BackendDevice& device,
+    std::vector<torch::lazy::BackendDataPtr> arguments,
     std::shared_ptr<const CollectiveGroups> groups);
 
 // Makes the values of those of `data` that wait for the CPU stream: a graph
@@ -41,14 +49,6 @@ void SettleStreamResults(c10::ArrayRef<torch::lazy::BackendDataPtr> data);
 // Waits for every graph on the CPU stream, then raises the first failure of
 // one whose results are still pending.
 void WaitForCpuStreamRuns();
-
-// Why a failed run keeps its results pending instead of starting over.
-std::string WhyResultsPending(const ProgramRun& run);
-
-// Raises `failure`'s message followed by `explanation`, as the same class of
-// error.
-[[noreturn]] void RaiseWithResultsPending(const std::exception_ptr& failure,
-                                          const std::string& explanation);
 
 // The results of a successful run as device data.
 std::vector<torch::lazy::BackendDataPtr> ResultsOfFinishedRun(

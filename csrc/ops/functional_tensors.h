@@ -11,6 +11,8 @@
 #include <optional>
 #include <vector>
 
+#include "ltc/prior_values.h"
+
 namespace lazyfuse {
 
 // Note [Lazy tensors are functional]: every lazy tensor a user sees is wrapped
@@ -134,16 +136,20 @@ inline void SyncBaseOfWrittenView(const at::Tensor& written) {
   const at::Tensor base(written._base());
   if (base.defined() && base.device().is_lazy() &&
       at::functionalization::impl::isFunctionalTensor(base)) {
+    const at::Tensor before = HeldValue(base);
     at::functionalization::impl::sync(base);
+    NoteWrittenValue(before, base);
   }
 }
 
 // What functionalization does once an op has written a functional tensor:
 // it takes `value`, and its base and the views of that base see the write.
 inline void TakeWrittenValue(const at::Tensor& functional, const at::Tensor& value) {
+  const at::Tensor before = HeldValue(functional);
   at::functionalization::impl::replace_(functional, value);
   at::functionalization::impl::commit_update(functional);
   at::functionalization::impl::sync(functional);
+  NoteWrittenValue(before, functional);
   SyncBaseOfWrittenView(functional);
 }
 

@@ -99,7 +99,10 @@ class InplaceUpdate final : public c10::OperatorKernel {
         torch::jit::Stack probe(stack->end() - num_arguments, stack->end());
         CheckInplaceResult(op, self, CallFunctional(&probe));
       }
+      at::functionalization::impl::sync(self);
+      const at::Tensor before = HeldValue(self);
       PassToAutograd(op, keys, stack);
+      NoteWrittenValue(before, self);
       SyncBaseOfWrittenView(self);
       return;
     }

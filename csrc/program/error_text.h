@@ -35,4 +35,23 @@ inline std::string ErrorText(const std::exception& error) {
   TORCH_CHECK(false, message);
 }
 
+// Whether `failure` is running out of memory: a failure that freeing memory
+// can cure, so a graph that met it is kept to finish, never undone.
+inline bool RanOutOfMemory(const std::exception_ptr& failure) {
+  if (failure == nullptr) {
+    return false;
+  }
+  try {
+    std::rethrow_exception(failure);
+  } catch (const c10::OutOfMemoryError&) {
+    return true;
+  } catch (const std::exception& error) {
+    const std::string text = ErrorText(error);
+    return text.find("out of memory") != std::string::npos ||
+           text.find("can't allocate memory") != std::string::npos;
+  } catch (...) {
+  }
+  return false;
+}
+
 }  // namespace lazyfuse

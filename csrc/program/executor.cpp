@@ -213,6 +213,9 @@ std::vector<at::Tensor> ContinueProgram(ProgramRun& run, const std::vector<bool>
       for (BufferId id : overwritten) {
         if (run.donated[id] != 0) {
           run.overwrote_parameter = true;
+          if (slots[id].defined() && slots[id].has_storage()) {
+            run.overwritten_memory.push_back(slots[id].storage().data());
+          }
         }
         if (run.donated[id] == 1) {
           TORCH_LAZY_COUNTER("LazyFuseDonatedParameters", 1);

@@ -25,6 +25,8 @@ struct ProgramRun {
   std::vector<uint8_t> donated;
   size_t next_step = 0;
   bool overwrote_parameter = false;
+  // The memory of each donated parameter a step wrote over.
+  std::vector<const void*> overwritten_memory;
   // A collective step ran (or failed): the run must never start over, or
   // this rank would run the collective again, alone.
   std::string ran_collective;

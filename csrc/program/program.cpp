@@ -351,6 +351,29 @@ std::vector<int> MakingSteps(const Program& program) {
   return making_step;
 }
 
+std::vector<bool> ResultsNeedingStep(const Program& program, size_t step) {
+  std::vector<bool> needs(program.buffers.size(), false);
+  for (size_t s = step; s < program.steps.size(); ++s) {
+    const Step& current = program.steps[s];
+    const bool reads = s == step || std::any_of(current.inputs.begin(),
+                                                current.inputs.end(),
+                                                [&](BufferId id) { return needs[id]; });
+    if (reads) {
+      for (BufferId id : current.outputs) {
+        needs[id] = true;
+      }
+    }
+  }
+  std::vector<bool> results(program.results.size());
+  for (size_t k = 0; k < program.results.size(); ++k) {
+    results[k] = needs[program.results[k]];
+  }
+  for (const DerivedResult& entry : program.derived_results) {
+    results[entry.result] = results[entry.result] || results[entry.from];
+  }
+  return results;
+}
+
 std::vector<bool> KeptResults(const Program& program) {
   std::vector<bool> kept(program.buffers.size(), false);
   std::vector<bool> derived(program.results.size(), false);

@@ -191,6 +191,9 @@ std::vector<bool> KeptResults(const Program& program);
 // constants.
 std::vector<int> MakingSteps(const Program& program);
 
+// By result, whether computing it needs step `step` (a step that failed).
+std::vector<bool> ResultsNeedingStep(const Program& program, size_t step);
+
 class ProgramBuilder {
  public:
   BufferId AddBuffer(at::ScalarType dtype, std::vector<int64_t> sizes);

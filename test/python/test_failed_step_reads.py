@@ -2,10 +2,18 @@
 not take the tensors that do not need that step down with it: in eager they
 would have their values. Found from outside: after such a mark_step, reading
 any tensor of that graph raised the failing step's error while the failing
-tensor lived."""
+tensor lived.
+
+Nor may it take down the tensors it updates in place that do need it. Eager
+raises at the failing op, before the rest of the step runs, so a training
+loop that catches the error goes on with the weights, the optimizer state and
+the running statistics as they were. Found from outside: after one batch with
+a bad target, every later step of such a loop raised the same error, since
+the weights needed the failing step."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator
 
 import pytest
@@ -93,3 +101,149 @@ def test_a_failed_read_raises_the_same_error_when_read_again(read: str) -> None:
         with pytest.raises(IndexError, match=r"aten::embedding.*index out of range"):
             {"cpu": bad.cpu, "item": bad.item, "print": lambda: str(bad)}[read]()
     torch.testing.assert_close((w * 0).sum().cpu(), torch.tensor(0.0))
+
+
+def conv_net() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(1, 4, 3),
+        torch.nn.BatchNorm2d(4),
+        torch.nn.ReLU(),
+        torch.nn.Flatten(),
+        torch.nn.Linear(4 * 6 * 6, 5),
+    )
+
+
+class Tagger(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.embedding = torch.nn.Embedding(10, 8)
+        self.head = torch.nn.Linear(8, 5)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.tanh(self.embedding(tokens))).mean(1)
+
+
+def train_skipping_failures(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, batches: list, device: object
+) -> list[object]:
+    """The loop a user writes around a step that may raise: as in eager, a
+    failed step must leave the state it would have updated as it was."""
+    losses: list[object] = []
+    for x, y in batches:
+        try:
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(x.to(device)), y.to(device))
+            loss.backward()
+            optimizer.step()
+            if device != "cpu":
+                lazyfuse.mark_step()
+            losses.append(loss.item())
+        except (IndexError, RuntimeError) as error:
+            losses.append(type(error))
+    return losses
+
+
+def adam(params: object, capturable: bool) -> torch.optim.Optimizer:
+    # A capturable Adam keeps its step count in a tensor, so the lazy one is
+    # undone with the rest; the host count of the default Adam would have
+    # moved on (Python ran the step).
+    return torch.optim.Adam(params, lr=0.01, capturable=capturable)
+
+
+@pytest.mark.parametrize(
+    "build, make_batch, bad, optimizer",
+    [
+        (
+            conv_net,
+            lambda: (torch.randn(6, 1, 8, 8), torch.randint(0, 5, (6,))),
+            lambda x, y: (x, torch.tensor([0, 1, 2, 9, 1, 1])),  # a target out of range
+            lambda params, lazy: torch.optim.SGD(params, lr=0.1, momentum=0.9),
+        ),
+        (
+            Tagger,
+            lambda: (torch.randint(0, 10, (4, 3)), torch.randint(0, 5, (4,))),
+            lambda x, y: (torch.tensor([[1, 2, 3]] * 3 + [[1, 12, 3]]), y),  # a token out of range
+            lambda params, lazy: adam(params, capturable=lazy),
+        ),
+    ],
+    ids=["cnn_sgd_bad_target", "embedding_adam_bad_token"],
+)
+def test_training_goes_on_after_a_failed_step_as_in_eager(
+    asynchronous: bool, build, make_batch, bad, optimizer
+) -> None:
+    torch.manual_seed(1)
+    batches = [make_batch() for _ in range(5)]
+    batches[2] = bad(*batches[2])
+    device = lazyfuse.lazy_device()
+    eager, lazy = build(), build().to(device)
+    eager_optimizer = optimizer(eager.parameters(), False)
+    lazy_optimizer = optimizer(lazy.parameters(), True)
+    expected = train_skipping_failures(eager, eager_optimizer, batches, "cpu")
+    losses = train_skipping_failures(lazy, lazy_optimizer, batches, device)
+    assert [type(v) for v in losses] == [type(v) for v in expected]
+    failed = [i for i, v in enumerate(expected) if isinstance(v, type)]
+    assert failed == [2]
+    torch.testing.assert_close(
+        [v for v in losses if not isinstance(v, type)],
+        [v for v in expected if not isinstance(v, type)],
+        atol=1e-5,
+        rtol=1e-5,
+    )
+    for name, value in eager.state_dict().items():
+        torch.testing.assert_close(lazy.state_dict()[name].cpu(), value, atol=1e-5, rtol=1e-5)
+    for eager_state, lazy_state in zip(
+        eager_optimizer.state.values(), lazy_optimizer.state.values(), strict=True
+    ):
+        for key, value in eager_state.items():
+            got = lazy_state[key].cpu()
+            torch.testing.assert_close(got.to(value.dtype), value, atol=1e-5, rtol=1e-5)
+    assert lazyfuse.metrics.counter_value("LazyFuseValuesUndone") > 0
+
+
+def test_an_undone_tensor_reads_its_old_value_everywhere(asynchronous: bool) -> None:
+    device = lazyfuse.lazy_device()
+    host_p = torch.arange(6.0).reshape(2, 3)
+    p = host_p.to(device)
+    m = torch.ones(3).to(device)
+    q = torch.full((3,), 2.0).to(device)
+    lazyfuse.mark_step()
+    bad = F.embedding(torch.tensor([7]).to(device), torch.randn(4, 3).to(device)).sum()
+    with torch.no_grad():
+        p.mul_(2).add_(bad)  # an update chain that needs the failing step
+        m[1] = bad  # a write through a view: the base needs it
+        q.mul_(3)  # an update that does not
+    mark_step_maybe_raising()
+    with pytest.raises(IndexError, match=r"aten::embedding.*index out of range"):
+        bad.cpu()  # raised here in asynchronous runs; from now on p and m are undone
+    for _ in range(2):
+        torch.testing.assert_close(p.cpu(), host_p)
+        torch.testing.assert_close(p.detach().cpu(), host_p)
+        torch.testing.assert_close(p[1].cpu(), host_p[1])
+        torch.testing.assert_close(p.t().cpu(), host_p.t())
+        torch.testing.assert_close(m.cpu(), torch.ones(3))
+        torch.testing.assert_close(q.cpu(), torch.full((3,), 6.0))
+    with pytest.raises(IndexError, match=r"aten::embedding.*index out of range"):
+        bad.cpu()  # what the graph made and needs the failing step still raises
+    del bad
+    p.add_(1)
+    lazyfuse.mark_step()
+    torch.testing.assert_close(p.cpu(), host_p + 1)
+
+
+def test_running_out_of_memory_keeps_the_update_to_finish() -> None:
+    # Freeing memory cures this failure, so the graph is kept to finish, as
+    # before, and the tensor it updates is not undone.
+    device = lazyfuse.lazy_device()
+    p = torch.ones(3).to(device)
+    lazyfuse.mark_step()
+    huge = torch.zeros(2**42, device=device).exp().cumsum(0)  # 16 TiB, made by ATen
+    with torch.no_grad():
+        p.add_(huge[-1] * 0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the fused kernel's fallback to its ATen steps
+        for sync in (lambda: lazyfuse.mark_step(wait=True), p.cpu, p.cpu):
+            with pytest.raises(RuntimeError, match="out of memory"):
+                sync()
+    assert lazyfuse.metrics.counter_value("LazyFuseValuesUndone") == 0

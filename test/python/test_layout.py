@@ -31,6 +31,8 @@ WIRING = {
     "ltc/init.cpp",
     "ltc/pending_run.h",
     "ltc/pending_run.cpp",
+    "ltc/pending_run_failures.h",
+    "ltc/pending_run_failures.cpp",
 }
 MAX_LINES = 500
 INCLUDE = re.compile(r'^#include "([^"]+)"', re.MULTILINE)

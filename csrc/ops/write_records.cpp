@@ -1,0 +1,92 @@
+#include "ops/write_records.h"
+
+#include <ATen/FunctionalTensorWrapper.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ltc/prior_values.h"
+#include "ops/functional_tensors.h"
+
+namespace lazyfuse {
+namespace {
+
+class RecordWrites final : public c10::OperatorKernel {
+ public:
+  explicit RecordWrites(std::vector<size_t> written) : written_(std::move(written)) {}
+
+  void operator()(const c10::OperatorHandle& op,
+                  c10::DispatchKeySet keys,
+                  torch::jit::Stack* stack) {
+    const size_t first = stack->size() - op.schema().arguments().size();
+    // Each written lazy tensor, with the value it holds before the op.
+    std::vector<std::pair<at::Tensor, at::Tensor>> writes;
+    for (size_t i : written_) {
+      AnyTensorIn((*stack)[first + i], [&](const at::Tensor& tensor) {
+        if (HeldValue(tensor).defined()) {
+          at::functionalization::impl::sync(tensor);
+          writes.emplace_back(tensor, HeldValue(tensor));
+        }
+        return false;
+      });
+    }
+    PassToAutograd(op, keys, stack);
+    for (const auto& [tensor, before] : writes) {
+      NoteWrittenValue(before, tensor);
+      SyncBaseOfWrittenView(tensor);
+    }
+  }
+
+ private:
+  std::vector<size_t> written_;
+};
+
+std::vector<size_t> WrittenArguments(const c10::FunctionSchema& schema) {
+  std::vector<size_t> written;
+  for (size_t i = 0; i < schema.arguments().size(); ++i) {
+    const auto* alias = schema.arguments()[i].alias_info();
+    if (alias != nullptr && alias->isWrite()) {
+      written.push_back(i);
+    }
+  }
+  return written;
+}
+
+// Ops that give a tensor a new shape: a prior value of the old shape would
+// not fit it.
+bool Reshapes(const std::string& name) {
+  return name == "aten::resize_" || name == "aten::resize_as_" || name == "aten::set_" ||
+         name == "aten::_resize_output_";
+}
+
+}  // namespace
+
+void RegisterWriteRecords() {
+  // Leaked on purpose, as the dispatcher's own registrations are.
+  static auto* handles = new std::vector<c10::RegistrationHandleRAII>();
+  for (const c10::OperatorName& name : c10::Dispatcher::singleton().getAllOpNames()) {
+    const std::optional<c10::OperatorHandle> op = c10::Dispatcher::singleton().findOp(name);
+    if (!op || !op->hasSchema() || name.name.rfind("aten::", 0) != 0 || Reshapes(name.name) ||
+        !op->hasKernelForDispatchKey(c10::DispatchKey::Autograd) ||
+        op->hasKernelForDispatchKey(c10::DispatchKey::AutogradLazy)) {
+      continue;
+    }
+    std::vector<size_t> written = WrittenArguments(op->schema());
+    if (written.empty()) {
+      continue;
+    }
+    handles->push_back(c10::Dispatcher::singleton().registerImpl(
+        name,
+        c10::DispatchKey::AutogradLazy,
+        c10::KernelFunction::makeFromBoxedFunctor(
+            std::make_unique<RecordWrites>(std::move(written))),
+        std::nullopt,
+        nullptr,
+        "lazyfuse: records what a write replaces"));
+  }
+}
+
+}  // namespace lazyfuse
