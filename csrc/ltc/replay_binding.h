@@ -24,6 +24,9 @@ std::optional<bool> ReadThroughOwner(const HostView& a, const HostView& b);
 // The host tensor `view` describes, as its memory holds it now; undefined
 // once its owner is freed, given other memory or laid out anew.
 at::Tensor HostTensorNow(const HostView& view);
+// Why a replay cannot run when HostTensorNow is undefined.
+constexpr const char* kHostTensorGone =
+    "a host tensor the step moves to the lazy device was freed or given new memory";
 
 // Whether two tensors of one dtype and shape hold the same values (NaN
 // equal to NaN).

@@ -272,7 +272,7 @@ bool StaticStep::Bind(const std::vector<at::Tensor>& arguments, std::string* why
     if (input.source == InputSource::kHostTensor) {
       const at::Tensor host = HostTensorNow(input.host);
       if (!host.defined()) {
-        *why = "a host tensor the step moves to the lazy device was freed or given new memory";
+        *why = kHostTensorGone;
         return false;
       }
       argument.buffer.copy_(host);

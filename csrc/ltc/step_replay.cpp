@@ -98,9 +98,7 @@ ReplayOutcome Replay(const StepRecord& record, const std::vector<at::Tensor>& ar
         const at::Tensor host = input.source == InputSource::kTransfer ? arguments[input.index]
                                                                        : HostTensorNow(input.host);
         if (!host.defined()) {
-          return Refuse(
-              ReplayStatus::kGuardFailed,
-              "a host tensor the step moves to the lazy device was freed or given new memory");
+          return Refuse(ReplayStatus::kGuardFailed, kHostTensorGone);
         }
         // As the traced call moved it, cast included (x.to(lazy, torch.half)).
         data[j] = backend->MakeComputationDataFromTensor(
