@@ -4,6 +4,8 @@
 #include <torch/csrc/lazy/core/metrics.h>
 
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "ltc/backend_data.h"
 #include "ltc/config.h"
@@ -26,9 +28,10 @@ struct FullSync {
   std::unordered_map<const torch::lazy::BackendData*, long> graph_holders;
   std::exception_ptr failure;
   std::string explanation;
-  // The graph's results, in order, and for each whether it needs the step
-  // that failed (NoteResultsNeedingFailedStep).
-  std::vector<torch::lazy::Value> roots;
+  // The graph's results, in order (the synced tensors' IR keeps their nodes
+  // alive), and for each whether it needs the step that failed
+  // (NoteResultsNeedingFailedStep).
+  std::vector<std::pair<const torch::lazy::Node*, size_t>> roots;
   std::vector<bool> needs_failed_step;
 };
 thread_local FullSync t_full_sync;
@@ -53,7 +56,7 @@ bool NeedsFailedStep(const torch::lazy::Value& value) {
     return false;
   }
   for (size_t k = 0; k < roots.size(); ++k) {
-    if (needs[k] && roots[k].node == value.node && roots[k].index == value.index) {
+    if (needs[k] && roots[k].first == value.node.get() && roots[k].second == value.index) {
       return true;
     }
   }
@@ -239,7 +242,10 @@ torch::lazy::LazyGraphExecutor::PostOrderData LazyFuseGraphExecutor::RunPostOrde
   PostOrderData po_data = torch::lazy::LazyGraphExecutor::RunPostOrder(ir_values, coll);
   NoteGraph(po_data.post_order);
   if (t_full_sync.active) {
-    t_full_sync.roots = ir_values;
+    t_full_sync.roots.clear();
+    for (const torch::lazy::Value& root : ir_values) {
+      t_full_sync.roots.emplace_back(root.node.get(), root.index);
+    }
     t_full_sync.graph_holders.clear();
     for (const torch::lazy::Node* node : po_data.post_order) {
       if (const DeviceData* leaf = DeviceData::Cast(node)) {

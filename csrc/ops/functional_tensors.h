@@ -9,6 +9,7 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "ltc/prior_values.h"
@@ -105,6 +106,16 @@ bool AnyTensorIn(const c10::IValue& value, Fn&& fn) {
     }
   }
   return false;
+}
+
+inline bool IsLazyFunctional(const at::Tensor& tensor) {
+  return tensor.defined() && tensor.device().is_lazy() &&
+         at::functionalization::impl::isFunctionalTensor(tensor);
+}
+
+// Ops whose in-place form may legitimately change the tensor's shape.
+inline bool ChangesShape(const std::string& name) {
+  return name == "aten::resize_" || name == "aten::resize_as_" || name == "aten::set_";
 }
 
 inline at::Tensor ToFunctional(const at::Tensor& tensor) {

@@ -17,11 +17,6 @@
 namespace lazyfuse {
 namespace {
 
-bool IsLazyFunctional(const at::Tensor& tensor) {
-  return tensor.defined() && tensor.device().is_lazy() &&
-         at::functionalization::impl::isFunctionalTensor(tensor);
-}
-
 class FusedListUpdate final : public c10::OperatorKernel {
  public:
   FusedListUpdate(c10::OperatorHandle functional, std::vector<size_t> written)

@@ -21,11 +21,6 @@
 namespace lazyfuse {
 namespace {
 
-// Ops whose in-place form may legitimately change the tensor's shape.
-bool ChangesShape(const std::string& name) {
-  return name == "aten::resize_" || name == "aten::resize_as_" || name == "aten::set_";
-}
-
 // Whether autograd would record the op (backward), or carry a tangent
 // through it (forward mode). Either way torch's own kernels must run.
 bool AutogradRecords(const torch::jit::Stack& stack, size_t num_arguments) {

@@ -26,7 +26,7 @@ class RecordWrites final : public c10::OperatorKernel {
     std::vector<std::pair<at::Tensor, at::Tensor>> writes;
     for (size_t i : written_) {
       AnyTensorIn((*stack)[first + i], [&](const at::Tensor& tensor) {
-        if (HeldValue(tensor).defined()) {
+        if (IsLazyFunctional(tensor)) {
           at::functionalization::impl::sync(tensor);
           writes.emplace_back(tensor, HeldValue(tensor));
         }
@@ -55,13 +55,6 @@ std::vector<size_t> WrittenArguments(const c10::FunctionSchema& schema) {
   return written;
 }
 
-// Ops that give a tensor a new shape: a prior value of the old shape would
-// not fit it.
-bool Reshapes(const std::string& name) {
-  return name == "aten::resize_" || name == "aten::resize_as_" || name == "aten::set_" ||
-         name == "aten::_resize_output_";
-}
-
 }  // namespace
 
 void RegisterWriteRecords() {
@@ -69,7 +62,7 @@ void RegisterWriteRecords() {
   static auto* handles = new std::vector<c10::RegistrationHandleRAII>();
   for (const c10::OperatorName& name : c10::Dispatcher::singleton().getAllOpNames()) {
     const std::optional<c10::OperatorHandle> op = c10::Dispatcher::singleton().findOp(name);
-    if (!op || !op->hasSchema() || name.name.rfind("aten::", 0) != 0 || Reshapes(name.name) ||
+    if (!op || !op->hasSchema() || name.name.rfind("aten::", 0) != 0 || ChangesShape(name.name) ||
         !op->hasKernelForDispatchKey(c10::DispatchKey::Autograd) ||
         op->hasKernelForDispatchKey(c10::DispatchKey::AutogradLazy)) {
       continue;
