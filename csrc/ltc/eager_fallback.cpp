@@ -19,9 +19,8 @@
 #include "ltc/config.h"
 
 namespace lazyfuse {
-namespace {
 
-void CountFallback(const c10::OperatorHandle& op) {
+void CountEagerRun(const c10::OperatorHandle& op, const char* why) {
   static std::mutex mutex;
   static std::unordered_map<std::string, torch::lazy::Counter*> counters;
   const std::string name = c10::toString(op.operator_name());
@@ -32,11 +31,11 @@ void CountFallback(const c10::OperatorHandle& op) {
     if (it == counters.end()) {
       // "aten::<name>" is the key users look up; the first use also warns.
       it = counters.emplace(name, new torch::lazy::Counter(name)).first;
-      const bool forced = torch::lazy::getLTCForceFallback() == op.operator_name().name;
       TORCH_WARN("lazyfuse: ",
                  name,
-                 forced ? " runs eagerly, as torch._lazy.config.set_force_fallback asks, on "
-                        : " has no lazy lowering and runs eagerly on ",
+                 " ",
+                 why,
+                 " on ",
                  BackingDevice(),
                  " (copy in, run, copy out). This splits the graph; see lazyfuse.metrics.");
     }
@@ -44,6 +43,8 @@ void CountFallback(const c10::OperatorHandle& op) {
   }
   counter->AddValue(1);
 }
+
+namespace {
 
 bool IsLazy(const at::Tensor& tensor) {
   return tensor.defined() && tensor.device().type() == c10::kLazy;
@@ -193,7 +194,10 @@ void LazyFuseEagerFallback(const c10::OperatorHandle& op, torch::jit::Stack* sta
   }
   // Only a run counts: an op that raises eager's error for a bad argument
   // ran nothing.
-  CountFallback(op);
+  CountEagerRun(op,
+                torch::lazy::getLTCForceFallback() == op.operator_name().name
+                    ? "runs eagerly, as torch._lazy.config.set_force_fallback asks,"
+                    : "has no lazy lowering and runs eagerly");
 
   // Write back: arguments the op mutated get their new value, tensor lists
   // (an optimizer's fused step, a foreach op) element by element.

@@ -12,6 +12,11 @@ namespace lazyfuse {
 
 void LazyFuseEagerFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
+// Counts a run of `op` on the backing device under "aten::<name>", and warns
+// the first time, saying `why` it runs there ("has no lazy lowering and runs
+// eagerly").
+void CountEagerRun(const c10::OperatorHandle& op, const char* why);
+
 // Whether torch._lazy.config.set_force_fallback (LTC_FORCE_FALLBACK) names
 // `op` ("aten::sub" covers every overload): the generated lazy kernels then
 // take the eager fallback, LTC's way to bisect a wrong result. Read on every

@@ -10,17 +10,22 @@
 
 #include "ltc/prior_values.h"
 #include "ops/functional_tensors.h"
+#include "ops/out_arguments.h"
 
 namespace lazyfuse {
 namespace {
 
 class RecordWrites final : public c10::OperatorKernel {
  public:
-  explicit RecordWrites(std::vector<size_t> written) : written_(std::move(written)) {}
+  RecordWrites(std::vector<size_t> written, std::optional<OutCallCheck> out_check)
+      : written_(std::move(written)), out_check_(std::move(out_check)) {}
 
   void operator()(const c10::OperatorHandle& op,
                   c10::DispatchKeySet keys,
                   torch::jit::Stack* stack) {
+    if (out_check_ && out_check_->RunsEagerly(op, stack)) {
+      return;  // it recorded its writes
+    }
     const size_t first = stack->size() - op.schema().arguments().size();
     // Each written lazy tensor, with the value it holds before the op.
     std::vector<std::pair<at::Tensor, at::Tensor>> writes;
@@ -42,6 +47,7 @@ class RecordWrites final : public c10::OperatorKernel {
 
  private:
   std::vector<size_t> written_;
+  std::optional<OutCallCheck> out_check_;
 };
 
 std::vector<size_t> WrittenArguments(const c10::FunctionSchema& schema) {
@@ -75,7 +81,7 @@ void RegisterWriteRecords() {
         name,
         c10::DispatchKey::AutogradLazy,
         c10::KernelFunction::makeFromBoxedFunctor(
-            std::make_unique<RecordWrites>(std::move(written))),
+            std::make_unique<RecordWrites>(std::move(written), OutCallCheck::For(*op))),
         std::nullopt,
         nullptr,
         "lazyfuse: records what a write replaces"));
