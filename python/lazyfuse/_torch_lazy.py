@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
+import torch._lazy  # torch._lazy.mark_step() after `import lazyfuse` alone
 
 from lazyfuse import _C
 

@@ -17,6 +17,7 @@ import types
 from typing import Any
 
 import torch
+import torch._lazy
 
 from lazyfuse import _C
 

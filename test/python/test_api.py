@@ -183,6 +183,26 @@ def test_debug_level_3_prints_each_kernel_with_its_bandwidth() -> None:
     assert lines[0].endswith(" GB/s") and " us, " in lines[0], lines[0]
 
 
+def test_torch_lazy_and_the_device_module_work_after_import_lazyfuse_alone() -> None:
+    """PyTorch's own helpers (wrapper_set_seed) call torch._lazy.mark_step()
+    with no `import torch._lazy` of their own."""
+    code = (
+        "x = torch.ones(3).to(lazyfuse.lazy_device()) * 2\n"
+        "torch.lazy.synchronize()\n"
+        "torch._lazy.mark_step()\n"
+        "torch._lazy.wait_device_ops()\n"
+        "print(x.cpu().tolist())\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", "import torch, lazyfuse\n" + code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[2.0, 2.0, 2.0]"
+
+
 def test_sync_is_mark_step(lazy: torch.device) -> None:
     y = torch.ones(3).to(lazy) * 2
     lazyfuse.sync()
