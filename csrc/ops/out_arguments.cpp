@@ -1,6 +1,7 @@
 #include "ops/out_arguments.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <c10/util/Exception.h>
 
 #include <mutex>
@@ -78,18 +79,32 @@ std::vector<at::Tensor> TensorsIn(const c10::IValue& value) {
   return tensors;
 }
 
+std::vector<at::Tensor> TensorsIn(const torch::jit::Stack& values) {
+  std::vector<at::Tensor> tensors;
+  for (const c10::IValue& value : values) {
+    for (const at::Tensor& tensor : TensorsIn(value)) {
+      tensors.push_back(tensor);
+    }
+  }
+  return tensors;
+}
+
+constexpr const char* kOtherDtype =
+    "writes an out= tensor of another dtype than its result, which eager may compute in, so it "
+    "runs eagerly";
+
 [[noreturn]] void RaiseNamingOp(const c10::OperatorHandle& op, const std::exception& error) {
   RaiseWrapping(error, c10::toString(op.operator_name()) + ": " + ErrorText(error));
 }
 
 // Runs the call on the backing device, as eager would, then writes each out
 // tensor's result into it: a failing op writes nothing.
+// `written` lists the out tensors first, as the op returns them.
 void RunEagerly(const c10::OperatorHandle& op,
-                const std::vector<size_t>& out_positions,
+                const std::vector<size_t>& written,
+                const char* why,
                 torch::jit::Stack* stack) {
-  CountEagerRun(op,
-                "writes an out= tensor of another dtype than its result, which eager may compute "
-                "in, so it runs eagerly");
+  CountEagerRun(op, why);
   const size_t num_arguments = op.schema().arguments().size();
   const c10::Device device = BackingDevice();
   at::NoGradGuard no_grad;
@@ -102,7 +117,7 @@ void RunEagerly(const c10::OperatorHandle& op,
   }
   std::vector<at::Tensor> lazy_outs;
   std::vector<at::Tensor> eager_outs;
-  for (size_t i : out_positions) {
+  for (size_t i : written) {
     for (const at::Tensor& out : TensorsIn(arguments[i])) {
       lazy_outs.push_back(out);
     }
@@ -121,25 +136,58 @@ void RunEagerly(const c10::OperatorHandle& op,
   }
   torch::jit::drop(*stack, num_arguments);
   for (size_t r = 0; r < op.schema().returns().size(); ++r) {
-    stack->push_back(arguments[out_positions[r]]);
+    stack->push_back(arguments[written[r]]);
   }
+}
+
+bool AnyNeedsGrad(const torch::jit::Stack& stack, size_t first) {
+  if (!at::GradMode::is_enabled()) {
+    return false;
+  }
+  for (size_t i = first; i < stack.size(); ++i) {
+    if (AnyTensorIn(stack[i], [](const at::Tensor& tensor) {
+          return tensor.defined() && tensor.requires_grad();
+        })) {
+      return true;
+    }
+  }
+  return false;
+}
+
+bool AllLazy(const torch::jit::Stack& stack, size_t first, const std::vector<size_t>& positions) {
+  for (size_t i : positions) {
+    if (AnyTensorIn(stack[first + i], [](const at::Tensor& tensor) {
+          return tensor.defined() && !IsLazyFunctional(tensor);
+        })) {
+      return false;
+    }
+  }
+  return true;
 }
 
 }  // namespace
 
-std::optional<OutCallCheck> OutCallCheck::For(const c10::OperatorHandle& op) {
+std::optional<OutCall> OutCall::For(const c10::OperatorHandle& op) {
   std::vector<size_t> outs;
+  std::vector<size_t> written_inputs;
   const auto& arguments = op.schema().arguments();
   for (size_t i = 0; i < arguments.size(); ++i) {
+    const c10::AliasInfo* alias = arguments[i].alias_info();
     if (arguments[i].is_out()) {
       outs.push_back(i);
+    } else if (alias != nullptr && alias->isWrite()) {
+      written_inputs.push_back(i);
     }
   }
-  std::optional<c10::OperatorHandle> functional = FunctionalVariant(op);
-  const size_t num_returns = op.schema().returns().size();
-  if (outs.empty() || !functional || (num_returns != 0 && num_returns != outs.size())) {
+  const auto& returns = op.schema().returns();
+  if (outs.empty() || (!returns.empty() && returns.size() != outs.size())) {
     return std::nullopt;
   }
+  std::optional<c10::OperatorHandle> functional = FunctionalVariant(op);
+  const bool functional_decomposes =
+      functional &&
+      functional->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd) &&
+      !op.hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd);
   std::vector<bool> decisive;
   std::vector<bool> number;
   for (const c10::Argument& argument : arguments) {
@@ -153,8 +201,12 @@ std::optional<OutCallCheck> OutCallCheck::For(const c10::OperatorHandle& op) {
                         text.find("bool") != std::string::npos ||
                         text.find("str") != std::string::npos));
   }
-  return OutCallCheck(
-      std::move(outs), std::move(*functional), std::move(decisive), std::move(number));
+  return OutCall(std::move(outs),
+                 std::move(written_inputs),
+                 std::move(functional),
+                 functional_decomposes,
+                 std::move(decisive),
+                 std::move(number));
 }
 
 // What decides a call's result dtypes: each tensor's dtype, whether it is a
@@ -162,7 +214,7 @@ std::optional<OutCallCheck> OutCallCheck::For(const c10::OperatorHandle& op) {
 // and the dtype, bool and string arguments (dtype=, half_to_float,
 // rounding_mode), and the out tensors' dtypes. Sizes, dims and scalar values
 // do not.
-std::string OutCallCheck::DtypeKey(const torch::jit::Stack& stack, size_t first) const {
+std::string OutCall::DtypeKey(const torch::jit::Stack& stack, size_t first) const {
   std::string key;
   const auto describe = [&](const at::Tensor& tensor) {
     if (!tensor.defined()) {
@@ -199,49 +251,154 @@ std::string OutCallCheck::DtypeKey(const torch::jit::Stack& stack, size_t first)
   return key;
 }
 
-bool OutCallCheck::RunsEagerly(const c10::OperatorHandle& op, torch::jit::Stack* stack) const {
+bool OutCall::RunsItself(const c10::OperatorHandle& op, torch::jit::Stack* stack) const {
   const size_t num_arguments = op.schema().arguments().size();
   const size_t first = stack->size() - num_arguments;
-  for (size_t i : outs_) {
-    if (AnyTensorIn((*stack)[first + i],
-                    [](const at::Tensor& out) { return !IsLazyFunctional(out); })) {
-      return false;  // out on another device: eager's own device check applies
-    }
+  if (!AllLazy(*stack, first, outs_) || !AllLazy(*stack, first, written_inputs_)) {
+    return false;  // a tensor on another device: eager's own device check applies
   }
-  const std::string key = DtypeKey(*stack, first);
-  std::optional<bool> other_dtype;
-  {
-    std::lock_guard<std::mutex> lock(decisions_->mutex);
-    auto found = decisions_->other_dtype.find(key);
-    if (found != decisions_->other_dtype.end()) {
-      other_dtype = found->second;
+  if (!written_inputs_.empty()) {
+    if (AnyNeedsGrad(*stack, first)) {
+      return false;  // torch's autograd kernel raises eager's error
     }
+    std::vector<size_t> written = outs_;
+    written.insert(written.end(), written_inputs_.begin(), written_inputs_.end());
+    RunEagerly(op,
+               written,
+               "writes arguments besides its out= tensors, whose results functionalization "
+               "writes into the wrong ones, so it runs eagerly",
+               stack);
+    return true;
   }
-  if (!other_dtype) {
-    other_dtype = OutHasOtherDtype(*stack, first, num_arguments);
-    std::lock_guard<std::mutex> lock(decisions_->mutex);
-    if (decisions_->other_dtype.size() > 1024) {
-      decisions_->other_dtype.clear();
-    }
-    decisions_->other_dtype.emplace(key, *other_dtype);
+  if (!functional_) {
+    return false;
   }
-  if (!*other_dtype) {
+  const OutDtypes dtypes = Decision(*stack, first, num_arguments);
+  if (dtypes == OutDtypes::kOther) {
+    RunEagerly(op, outs_, kOtherDtype, stack);
+    return true;
+  }
+  if (AnyNeedsGrad(*stack, first)) {
+    return false;  // torch's autograd kernel raises eager's error
+  }
+  if (dtypes == OutDtypes::kUnknown) {
+    RunFunctionalHere(op, /*check_dtypes=*/true, stack);
+    return true;
+  }
+  if (!functional_decomposes_) {
     return false;  // torch's functional call and copy give eager's values
   }
-  RunEagerly(op, outs_, stack);
+  RunFunctionalHere(op, /*check_dtypes=*/false, stack);
   return true;
 }
 
-bool OutCallCheck::OutHasOtherDtype(const torch::jit::Stack& stack,
-                                    size_t first,
-                                    size_t num_arguments) const {
-  std::vector<at::Tensor> outs;
+void OutCall::RunFunctionalHere(const c10::OperatorHandle& op,
+                                bool check_dtypes,
+                                torch::jit::Stack* stack) const {
+  const size_t num_arguments = op.schema().arguments().size();
+  const size_t first = stack->size() - num_arguments;
   std::vector<bool> is_out(num_arguments, false);
   for (size_t i : outs_) {
     is_out[i] = true;
+  }
+  torch::jit::Stack call;
+  for (size_t i = 0; i < num_arguments; ++i) {
+    if (!is_out[i]) {
+      call.push_back((*stack)[first + i]);
+    }
+  }
+  functional_->callBoxed(&call);
+  const std::vector<at::Tensor> results = TensorsIn(call);
+  const std::vector<at::Tensor> outs = Outs(op, *stack);
+  if (check_dtypes) {
+    bool same = results.size() == outs.size();
+    for (size_t k = 0; same && k < outs.size(); ++k) {
+      same = results[k].scalar_type() == outs[k].scalar_type();
+    }
+    if (!same) {
+      RunEagerly(op, outs_, kOtherDtype, stack);  // the lazy results are dropped
+      return;
+    }
+  }
+  TORCH_CHECK(results.size() == outs.size(),
+              op.schema().name(),
+              ": its functional variant returned ",
+              results.size(),
+              " tensors for ",
+              outs.size(),
+              " out tensors");
+  for (size_t k = 0; k < outs.size(); ++k) {
+    TakeWrittenValue(outs[k], FromFunctional(results[k]));
+  }
+  torch::jit::Stack arguments(stack->end() - num_arguments, stack->end());
+  torch::jit::drop(*stack, num_arguments);
+  for (size_t r = 0; r < op.schema().returns().size(); ++r) {
+    stack->push_back(arguments[outs_[r]]);
+  }
+}
+
+std::vector<at::Tensor> OutCall::Outs(const c10::OperatorHandle& op,
+                                      const torch::jit::Stack& stack) const {
+  return OutsFrom(stack, stack.size() - op.schema().arguments().size());
+}
+
+std::vector<at::Tensor> OutCall::OutsFrom(const torch::jit::Stack& stack, size_t first) const {
+  std::vector<at::Tensor> outs;
+  for (size_t i : outs_) {
     for (const at::Tensor& out : TensorsIn(stack[first + i])) {
       outs.push_back(out);
     }
+  }
+  return outs;
+}
+
+void OutCall::KeepResultsInOuts(const c10::OperatorHandle& op,
+                                const std::vector<at::Tensor>& outs,
+                                torch::jit::Stack* stack) const {
+  const size_t num_returns = op.schema().returns().size();
+  if (num_returns == 0 || num_returns != outs.size()) {
+    return;  // a list of out tensors, written in place
+  }
+  for (size_t r = 0; r < num_returns; ++r) {
+    c10::IValue& returned = (*stack)[stack->size() - num_returns + r];
+    if (!returned.isTensor() || returned.toTensor().is_same(outs[r]) ||
+        !IsLazyFunctional(outs[r])) {
+      continue;
+    }
+    const at::Tensor result = returned.toTensor();
+    if (IsLazyFunctional(result)) {
+      TakeWrittenValue(outs[r], FromFunctional(result));
+    }
+    returned = c10::IValue(outs[r]);
+  }
+}
+
+OutCall::OutDtypes OutCall::Decision(const torch::jit::Stack& stack,
+                                     size_t first,
+                                     size_t num_arguments) const {
+  const std::string key = DtypeKey(stack, first);
+  {
+    std::lock_guard<std::mutex> lock(decisions_->mutex);
+    auto found = decisions_->by_key.find(key);
+    if (found != decisions_->by_key.end()) {
+      return found->second;
+    }
+  }
+  const OutDtypes decided = DecideOnMeta(stack, first, num_arguments);
+  std::lock_guard<std::mutex> lock(decisions_->mutex);
+  if (decisions_->by_key.size() > 1024) {
+    decisions_->by_key.clear();
+  }
+  decisions_->by_key.emplace(key, decided);
+  return decided;
+}
+
+OutCall::OutDtypes OutCall::DecideOnMeta(const torch::jit::Stack& stack,
+                                         size_t first,
+                                         size_t num_arguments) const {
+  std::vector<bool> is_out(num_arguments, false);
+  for (size_t i : outs_) {
+    is_out[i] = true;
   }
   torch::jit::Stack meta;
   for (size_t i = 0; i < num_arguments; ++i) {
@@ -252,25 +409,21 @@ bool OutCallCheck::OutHasOtherDtype(const torch::jit::Stack& stack,
   }
   try {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
-    functional_.callBoxed(&meta);
+    functional_->callBoxed(&meta);
   } catch (const std::exception&) {
-    return false;  // no meta kernel, or a stricter one: the call raises its own error
+    return OutDtypes::kUnknown;  // no meta kernel, or one needing the values (masked_select)
   }
-  std::vector<at::Tensor> results;
-  for (const c10::IValue& result : meta) {
-    for (const at::Tensor& tensor : TensorsIn(result)) {
-      results.push_back(tensor);
-    }
-  }
-  if (outs.empty() || results.size() != outs.size()) {
-    return false;
+  const std::vector<at::Tensor> results = TensorsIn(meta);
+  const std::vector<at::Tensor> outs = OutsFrom(stack, first);
+  if (results.size() != outs.size()) {
+    return OutDtypes::kUnknown;
   }
   for (size_t i = 0; i < outs.size(); ++i) {
     if (results[i].scalar_type() != outs[i].scalar_type()) {
-      return true;
+      return OutDtypes::kOther;
     }
   }
-  return false;
+  return OutDtypes::kSame;
 }
 
 }  // namespace lazyfuse

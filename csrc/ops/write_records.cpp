@@ -17,13 +17,13 @@ namespace {
 
 class RecordWrites final : public c10::OperatorKernel {
  public:
-  RecordWrites(std::vector<size_t> written, std::optional<OutCallCheck> out_check)
-      : written_(std::move(written)), out_check_(std::move(out_check)) {}
+  RecordWrites(std::vector<size_t> written, std::optional<OutCall> out_call)
+      : written_(std::move(written)), out_call_(std::move(out_call)) {}
 
   void operator()(const c10::OperatorHandle& op,
                   c10::DispatchKeySet keys,
                   torch::jit::Stack* stack) {
-    if (out_check_ && out_check_->RunsEagerly(op, stack)) {
+    if (out_call_ && out_call_->RunsItself(op, stack)) {
       return;  // it recorded its writes
     }
     const size_t first = stack->size() - op.schema().arguments().size();
@@ -38,7 +38,12 @@ class RecordWrites final : public c10::OperatorKernel {
         return false;
       });
     }
+    const std::vector<at::Tensor> outs =
+        out_call_ ? out_call_->Outs(op, *stack) : std::vector<at::Tensor>();
     PassToAutograd(op, keys, stack);
+    if (out_call_) {
+      out_call_->KeepResultsInOuts(op, outs, stack);
+    }
     for (const auto& [tensor, before] : writes) {
       NoteWrittenValue(before, tensor);
       SyncBaseOfWrittenView(tensor);
@@ -47,7 +52,7 @@ class RecordWrites final : public c10::OperatorKernel {
 
  private:
   std::vector<size_t> written_;
-  std::optional<OutCallCheck> out_check_;
+  std::optional<OutCall> out_call_;
 };
 
 std::vector<size_t> WrittenArguments(const c10::FunctionSchema& schema) {
@@ -69,8 +74,14 @@ void RegisterWriteRecords() {
   for (const c10::OperatorName& name : c10::Dispatcher::singleton().getAllOpNames()) {
     const std::optional<c10::OperatorHandle> op = c10::Dispatcher::singleton().findOp(name);
     if (!op || !op->hasSchema() || name.name.rfind("aten::", 0) != 0 || ChangesShape(name.name) ||
-        !op->hasKernelForDispatchKey(c10::DispatchKey::Autograd) ||
         op->hasKernelForDispatchKey(c10::DispatchKey::AutogradLazy)) {
+      continue;
+    }
+    std::optional<OutCall> out_call = OutCall::For(*op);
+    // An out= composite runs with torch's autograd alias kernel, as others do.
+    const bool out_composite =
+        out_call && op->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd);
+    if (!op->hasKernelForDispatchKey(c10::DispatchKey::Autograd) && !out_composite) {
       continue;
     }
     std::vector<size_t> written = WrittenArguments(op->schema());
@@ -81,7 +92,7 @@ void RegisterWriteRecords() {
         name,
         c10::DispatchKey::AutogradLazy,
         c10::KernelFunction::makeFromBoxedFunctor(
-            std::make_unique<RecordWrites>(std::move(written), OutCallCheck::For(*op))),
+            std::make_unique<RecordWrites>(std::move(written), std::move(out_call))),
         std::nullopt,
         nullptr,
         "lazyfuse: records what a write replaces"));
