@@ -3,9 +3,15 @@
 #include <ATen/EmptyTensor.h>
 #include <c10/util/Exception.h>
 
+#include <atomic>
 #include <cstring>
 
+#include "ltc/pending_run_failures.h"
+
 namespace lazyfuse {
+namespace {
+std::atomic<long> g_failed_alive{0};
+}  // namespace
 
 LazyFuseBackendData::LazyFuseBackendData(torch::lazy::BackendDevice device,
                                          torch::lazy::Shape shape)
@@ -30,6 +36,31 @@ LazyFuseBackendData::LazyFuseBackendData(
     : torch::lazy::BackendData(std::move(device), std::move(shape)),
       pending_(std::make_shared<Pending>(Pending{std::move(pending), at::Tensor(), in_flight})) {}
 
+std::shared_ptr<LazyFuseBackendData> LazyFuseBackendData::Failed(torch::lazy::BackendDevice device,
+                                                                 torch::lazy::Shape shape,
+                                                                 std::exception_ptr failure,
+                                                                 std::string explanation) {
+  auto data = std::make_shared<LazyFuseBackendData>(std::move(device), std::move(shape));
+  data->failure_ = std::move(failure);
+  data->failure_explanation_ = std::move(explanation);
+  g_failed_alive.fetch_add(1, std::memory_order_relaxed);
+  return data;
+}
+
+long LazyFuseBackendData::FailedAlive() {
+  return g_failed_alive.load(std::memory_order_relaxed);
+}
+
+LazyFuseBackendData::~LazyFuseBackendData() {
+  if (failure_ != nullptr) {
+    g_failed_alive.fetch_sub(1, std::memory_order_relaxed);
+  }
+}
+
+void LazyFuseBackendData::RaiseFailure() const {
+  RaiseWithResultsPending(failure_, failure_explanation_);
+}
+
 void LazyFuseBackendData::SetPrior(const torch::lazy::BackendDataPtr& prior) {
   if (pending()) {
     pending_->prior = prior;
@@ -41,9 +72,16 @@ void LazyFuseBackendData::Assign(const torch::lazy::BackendData& data) {
   TORCH_CHECK(other != nullptr, "lazyfuse: cannot assign data from another LTC backend");
   value_ = other->value_;
   pending_ = other->pending_;
+  g_failed_alive.fetch_add((other->failure_ != nullptr ? 1 : 0) - (failure_ != nullptr ? 1 : 0),
+                           std::memory_order_relaxed);
+  failure_ = other->failure_;
+  failure_explanation_ = other->failure_explanation_;
 }
 
 const at::Tensor& LazyFuseBackendData::tensor() const {
+  if (failure_ != nullptr) {
+    RaiseFailure();
+  }
   if (!value_.defined() && pending_ != nullptr) {
     if (!pending_->value.defined()) {
       at::Tensor value = pending_->make(pending_->prior.lock());
@@ -78,6 +116,9 @@ const void* LazyFuseBackendData::value_identity() const {
   if (pending_ != nullptr && pending_->value.defined()) {
     return pending_->value.unsafeGetTensorImpl();
   }
+  if (failure_ != nullptr) {
+    return this;
+  }
   return pending_.get();
 }
 
@@ -96,7 +137,7 @@ bool LazyFuseBackendData::is_wrapped_number() const {
 }
 
 bool LazyFuseBackendData::is_host_scalar() const {
-  if (shape().dim() != 0) {
+  if (shape().dim() != 0 || failure_ != nullptr) {
     return false;  // answered without making a pending value
   }
   if (pending_ != nullptr) {

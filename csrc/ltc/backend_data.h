@@ -9,8 +9,10 @@
 #include <ATen/Tensor.h>
 #include <torch/csrc/lazy/backend/backend_data.h>
 
+#include <exception>
 #include <functional>
 #include <memory>
+#include <string>
 
 namespace lazyfuse {
 
@@ -32,12 +34,35 @@ class LazyFuseBackendData : public torch::lazy::BackendData {
                       std::function<at::Tensor(const torch::lazy::BackendDataPtr& prior)> pending,
                       bool in_flight = false);
 
+  // No value, for good: the step of the graph that would have made it
+  // failed on its inputs' values, and that failure was raised. Each read, and
+  // each graph that reads it, raises `failure` again, followed by
+  // `explanation`; a later sync does not run that graph again.
+  static std::shared_ptr<LazyFuseBackendData> Failed(torch::lazy::BackendDevice device,
+                                                     torch::lazy::Shape shape,
+                                                     std::exception_ptr failure,
+                                                     std::string explanation);
+  // How many Failed() data are alive: while none is, no sync looks for them.
+  static long FailedAlive();
+  ~LazyFuseBackendData() override;
+
   Handle GetHandle() override {
     return reinterpret_cast<Handle>(this);
   }
   void Assign(const torch::lazy::BackendData& data) override;
   bool HasValue() const override {
-    return value_.defined() || pending_ != nullptr;
+    return value_.defined() || pending_ != nullptr || failure_ != nullptr;
+  }
+  bool failed() const {
+    return failure_ != nullptr;
+  }
+  // Raises the failure of Failed() data.
+  [[noreturn]] void RaiseFailure() const;
+  const std::exception_ptr& failure() const {
+    return failure_;
+  }
+  const std::string& failure_explanation() const {
+    return failure_explanation_;
   }
 
   const at::Tensor& tensor() const;
@@ -80,6 +105,8 @@ class LazyFuseBackendData : public torch::lazy::BackendData {
   mutable at::Tensor value_;
   mutable std::shared_ptr<Pending> pending_;
   bool let_go_ = false;
+  std::exception_ptr failure_;
+  std::string failure_explanation_;
 };
 
 // A copy of a 0-dim CPU value, made without the dispatcher (it runs for

@@ -76,6 +76,27 @@ std::vector<bool> DonatedArguments(c10::ArrayRef<torch::lazy::BackendDataPtr> ar
   return donated;
 }
 
+// A graph reading data that has no value for good (LazyFuseBackendData::
+// Failed) raises that failure before anything runs. The sync then leaves the
+// results that need it without a value too, and gives the others their IR
+// back, so the next sync runs them and does not raise again.
+void RefuseFailedArguments(const Program& program,
+                           c10::ArrayRef<torch::lazy::BackendDataPtr> arguments) {
+  std::vector<bool> failed(arguments.size(), false);
+  const LazyFuseBackendData* first = nullptr;
+  for (size_t k = 0; k < arguments.size(); ++k) {
+    const LazyFuseBackendData& data = AsLazyFuseData(arguments[k]);
+    if (data.failed()) {
+      failed[k] = true;
+      first = first != nullptr ? first : &data;
+    }
+  }
+  if (first != nullptr) {
+    NoteResultsNeedingFailedStep(ResultsNeedingParameters(program, failed));
+    first->RaiseFailure();
+  }
+}
+
 // Whether this graph may run on the CPU stream, mark_step returning before
 // it has: asynchronous execution is on, a mark_step that does not wait runs
 // it, on the CPU, and it is no step capture. `groups`: its collectives' groups,
@@ -247,6 +268,7 @@ class LazyFuseBackendImpl : public torch::lazy::BackendImplInterface {
     const auto* ours = dynamic_cast<const LazyFuseComputation*>(computation.get());
     TORCH_CHECK(ours != nullptr, "lazyfuse: cannot execute a foreign computation");
     const std::shared_ptr<const Program>& program = ours->program();
+    RefuseFailedArguments(*program, arguments);
     std::shared_ptr<const CollectiveGroups> groups;
     const bool on_stream = MayRunOnCpuStream(*program, &groups);
     if (on_stream) {

@@ -28,13 +28,22 @@ struct FullSync {
   std::unordered_map<const torch::lazy::BackendData*, long> graph_holders;
   std::exception_ptr failure;
   std::string explanation;
-  // The graph's results, in order (the synced tensors' IR keeps their nodes
-  // alive), and for each whether it needs the step that failed
-  // (NoteResultsNeedingFailedStep).
+};
+thread_local FullSync t_full_sync;
+
+// The results of the graph this thread synced last, in order (the synced
+// tensors' IR keeps their nodes alive), and for each whether it needs what
+// failed (NoteResultsNeedingFailedStep): a step, or a parameter with no value.
+struct SyncedResults {
   std::vector<std::pair<const torch::lazy::Node*, size_t>> roots;
   std::vector<bool> needs_failed_step;
 };
-thread_local FullSync t_full_sync;
+thread_local SyncedResults t_synced_results;
+
+constexpr const char* kNoValueForGood =
+    "this tensor needs that failing step, so it has no value: reading it, or a graph that "
+    "reads it, raises this error again. Later syncs do not run the failed graph again, so "
+    "they raise nothing for it. Reassign the tensor to go on.";
 
 class FullSyncScope {
  public:
@@ -50,8 +59,8 @@ class FullSyncScope {
 
 // Whether the failed graph of this sync needed its failing step for `value`.
 bool NeedsFailedStep(const torch::lazy::Value& value) {
-  const auto& roots = t_full_sync.roots;
-  const auto& needs = t_full_sync.needs_failed_step;
+  const auto& roots = t_synced_results.roots;
+  const auto& needs = t_synced_results.needs_failed_step;
   if (roots.size() != needs.size()) {
     return false;
   }
@@ -65,10 +74,14 @@ bool NeedsFailedStep(const torch::lazy::Value& value) {
 
 // A tensor whose graph failed, having overwritten nothing, gets back the
 // value it held before that graph if it has one (the graph updated it in
-// place) and `undo`; otherwise its IR, to run again.
+// place) and `undo`. Otherwise, if it needs the failing step (`needs_failed`,
+// the failure raised), it gets no value for good: that step fails on the
+// same values again, so running it at every later sync would only raise the
+// same error each time. Otherwise it gets its IR back, to run again.
 void RestoreAfterFailure(const torch::lazy::LazyTensorPtr& tensor,
                          const torch::lazy::Value& value,
-                         bool undo) {
+                         bool undo,
+                         const std::exception_ptr& needs_failed) {
   if (undo) {
     if (torch::lazy::BackendDataPtr prior = PriorValue(*tensor)) {
       tensor->SetDataHandle(std::move(prior));
@@ -77,7 +90,96 @@ void RestoreAfterFailure(const torch::lazy::LazyTensorPtr& tensor,
       return;
     }
   }
+  if (needs_failed != nullptr) {
+    tensor->SetDataHandle(LazyFuseBackendData::Failed(
+        tensor->GetDevice(), tensor->shape().Get(), needs_failed, kNoValueForGood));
+    ForgetPriorValue(*tensor);
+    TORCH_LAZY_COUNTER("LazyFuseValuesFailed", 1);
+    return;
+  }
   tensor->SetIrValue(value);
+}
+
+// The failure to keep in a tensor's data in place of its value, or nullptr.
+std::exception_ptr FailureKept(const torch::lazy::Value& value,
+                               const std::exception_ptr& failure,
+                               bool may_undo) {
+  return may_undo && NeedsFailedStep(value) ? failure : nullptr;
+}
+
+// A tensor whose IR reads data with no value for good gets none either,
+// before the sync: its graph would fail on that data, and raise at every
+// sync as long as the tensor lives (a running total a failed loss was added
+// to), while the rest of the graph waited. The failure was raised once,
+// where it happened; the tensor raises it when read.
+// The failed data `root`'s IR reads, or nullptr; `reads` memoizes by node.
+// Iterative: an unrolled loop's IR is deeper than the stack allows.
+const LazyFuseBackendData* FailedDataRead(
+    const torch::lazy::Node* root,
+    std::unordered_map<const torch::lazy::Node*, const LazyFuseBackendData*>* reads) {
+  std::vector<std::pair<const torch::lazy::Node*, size_t>> stack{{root, 0}};
+  while (!stack.empty()) {
+    auto& [node, next] = stack.back();
+    if (reads->count(node) != 0) {
+      stack.pop_back();
+      continue;
+    }
+    const LazyFuseBackendData* failed = nullptr;
+    if (const DeviceData* leaf = DeviceData::Cast(node)) {
+      const auto* data = dynamic_cast<const LazyFuseBackendData*>(leaf->data().get());
+      failed = data != nullptr && data->failed() ? data : nullptr;
+    } else {
+      const auto& operands = node->operands();
+      for (; next < operands.size(); ++next) {
+        auto found = reads->find(operands[next].node);
+        if (found == reads->end()) {
+          break;
+        }
+        if ((failed = found->second) != nullptr) {
+          next = operands.size();
+          break;
+        }
+      }
+      if (next < operands.size()) {
+        stack.emplace_back(operands[next].node, 0);
+        continue;
+      }
+    }
+    reads->emplace(node, failed);
+    stack.pop_back();
+  }
+  return reads->at(root);
+}
+
+// A tensor whose IR reads data with no value for good gets none either,
+// before the sync, and leaves `pending`: its graph would fail on that data,
+// and raise at every sync while the tensor lived (a running total a failed
+// loss was added to), the rest of the graph waiting. The failure was raised
+// once, where it happened; the tensor raises it when read.
+void FailTensorsReadingFailedData(
+    std::vector<std::pair<torch::lazy::LazyTensorPtr, torch::lazy::Value>>* pending) {
+  if (LazyFuseBackendData::FailedAlive() == 0) {
+    return;
+  }
+  std::unordered_map<const torch::lazy::Node*, const LazyFuseBackendData*> reads;
+  auto kept = pending->begin();
+  for (auto& entry : *pending) {
+    const auto& [tensor, value] = entry;
+    if (const LazyFuseBackendData* failed = FailedDataRead(value.node.get(), &reads)) {
+      tensor->SetDataHandle(LazyFuseBackendData::Failed(tensor->GetDevice(),
+                                                        tensor->shape().Get(),
+                                                        failed->failure(),
+                                                        failed->failure_explanation()));
+      ForgetPriorValue(*tensor);
+      TORCH_LAZY_COUNTER("LazyFuseValuesFailed", 1);
+    } else {
+      if (&*kept != &entry) {
+        *kept = std::move(entry);
+      }
+      ++kept;
+    }
+  }
+  pending->erase(kept, pending->end());
 }
 
 }  // namespace
@@ -104,8 +206,11 @@ at::Tensor ReadValue(const torch::lazy::LazyTensorPtr& tensor, bool detached) {
   } catch (...) {
     if (pending) {
       // The read raises the failure, so a value the graph updated is undone.
-      RestoreAfterFailure(tensor, pending, FailureUndoes(std::current_exception()));
+      const std::exception_ptr failure = std::current_exception();
+      const bool undo = FailureUndoes(failure);
+      RestoreAfterFailure(tensor, pending, undo, FailureKept(pending, failure, undo));
     }
+    t_synced_results = SyncedResults();  // its node addresses may be reused
     ClearKeptFailure(tensor->GetDevice());
     throw;
   }
@@ -119,9 +224,7 @@ void ClearKeptFailure(const torch::lazy::BackendDevice& device) {
 }
 
 void NoteResultsNeedingFailedStep(std::vector<bool> needs) {
-  if (t_full_sync.active) {
-    t_full_sync.needs_failed_step = std::move(needs);
-  }
+  t_synced_results.needs_failed_step = std::move(needs);
 }
 
 bool SyncMayReturnEarly() {
@@ -176,6 +279,7 @@ void LazyFuseGraphExecutor::SyncLiveTensorsGraph(const torch::lazy::BackendDevic
       pending.emplace_back(tensor, std::move(value));
     }
   }
+  FailTensorsReadingFailedData(&pending);
   FullSyncScope full_sync(/*may_return_early=*/!wait);
   try {
     torch::lazy::LazyGraphExecutor::SyncLiveTensorsGraph(device, devices, wait);
@@ -183,10 +287,13 @@ void LazyFuseGraphExecutor::SyncLiveTensorsGraph(const torch::lazy::BackendDevic
       DeviceBarrier(*device);  // surfaces a failure of this very sync
     }
   } catch (...) {
-    const bool may_undo = FailureUndoes(std::current_exception());
+    const std::exception_ptr failure = std::current_exception();
+    const bool may_undo = FailureUndoes(failure);
     for (auto& [tensor, value] : pending) {
-      RestoreAfterFailure(tensor, value, may_undo && NeedsFailedStep(value));
+      const std::exception_ptr kept = FailureKept(value, failure, may_undo);
+      RestoreAfterFailure(tensor, value, kept != nullptr, kept);
     }
+    t_synced_results = SyncedResults();
     if (device != nullptr) {
       ClearKeptFailure(*device);
     }
@@ -241,11 +348,12 @@ torch::lazy::LazyGraphExecutor::PostOrderData LazyFuseGraphExecutor::RunPostOrde
     const std::vector<torch::lazy::Value>& ir_values, SyncTensorCollection* coll) {
   PostOrderData po_data = torch::lazy::LazyGraphExecutor::RunPostOrder(ir_values, coll);
   NoteGraph(po_data.post_order);
+  t_synced_results.roots.clear();
+  t_synced_results.needs_failed_step.clear();
+  for (const torch::lazy::Value& root : ir_values) {
+    t_synced_results.roots.emplace_back(root.node.get(), root.index);
+  }
   if (t_full_sync.active) {
-    t_full_sync.roots.clear();
-    for (const torch::lazy::Value& root : ir_values) {
-      t_full_sync.roots.emplace_back(root.node.get(), root.index);
-    }
     t_full_sync.graph_holders.clear();
     for (const torch::lazy::Node* node : po_data.post_order) {
       if (const DeviceData* leaf = DeviceData::Cast(node)) {

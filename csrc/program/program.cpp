@@ -351,13 +351,17 @@ std::vector<int> MakingSteps(const Program& program) {
   return making_step;
 }
 
-std::vector<bool> ResultsNeedingStep(const Program& program, size_t step) {
-  std::vector<bool> needs(program.buffers.size(), false);
-  for (size_t s = step; s < program.steps.size(); ++s) {
+namespace {
+
+// By result, whether it reads a buffer marked in `needs`, through the steps
+// from `first_step` on.
+std::vector<bool> ResultsReading(const Program& program,
+                                 std::vector<bool> needs,
+                                 size_t first_step) {
+  for (size_t s = first_step; s < program.steps.size(); ++s) {
     const Step& current = program.steps[s];
-    const bool reads = s == step || std::any_of(current.inputs.begin(),
-                                                current.inputs.end(),
-                                                [&](BufferId id) { return needs[id]; });
+    const bool reads = std::any_of(
+        current.inputs.begin(), current.inputs.end(), [&](BufferId id) { return needs[id]; });
     if (reads) {
       for (BufferId id : current.outputs) {
         needs[id] = true;
@@ -372,6 +376,27 @@ std::vector<bool> ResultsNeedingStep(const Program& program, size_t step) {
     results[entry.result] = results[entry.result] || results[entry.from];
   }
   return results;
+}
+
+}  // namespace
+
+std::vector<bool> ResultsNeedingStep(const Program& program, size_t step) {
+  std::vector<bool> needs(program.buffers.size(), false);
+  for (BufferId id : program.steps.at(step).outputs) {
+    needs[id] = true;
+  }
+  return ResultsReading(program, std::move(needs), step + 1);
+}
+
+std::vector<bool> ResultsNeedingParameters(const Program& program,
+                                           const std::vector<bool>& parameters) {
+  std::vector<bool> needs(program.buffers.size(), false);
+  for (size_t k = 0; k < parameters.size() && k < program.parameters.size(); ++k) {
+    if (parameters[k]) {
+      needs[program.parameters[k]] = true;
+    }
+  }
+  return ResultsReading(program, std::move(needs), 0);
 }
 
 std::vector<bool> KeptResults(const Program& program) {

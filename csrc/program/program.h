@@ -193,6 +193,10 @@ std::vector<int> MakingSteps(const Program& program);
 
 // By result, whether computing it needs step `step` (a step that failed).
 std::vector<bool> ResultsNeedingStep(const Program& program, size_t step);
+// By result, whether computing it needs a parameter marked in `parameters`
+// (by position: one with no value, its graph having failed).
+std::vector<bool> ResultsNeedingParameters(const Program& program,
+                                           const std::vector<bool>& parameters);
 
 class ProgramBuilder {
  public:
