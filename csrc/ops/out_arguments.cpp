@@ -296,17 +296,8 @@ void OutCall::RunFunctionalHere(const c10::OperatorHandle& op,
                                 bool check_dtypes,
                                 torch::jit::Stack* stack) const {
   const size_t num_arguments = op.schema().arguments().size();
-  const size_t first = stack->size() - num_arguments;
-  std::vector<bool> is_out(num_arguments, false);
-  for (size_t i : outs_) {
-    is_out[i] = true;
-  }
-  torch::jit::Stack call;
-  for (size_t i = 0; i < num_arguments; ++i) {
-    if (!is_out[i]) {
-      call.push_back((*stack)[first + i]);
-    }
-  }
+  torch::jit::Stack call =
+      FunctionalArguments(*stack, stack->size() - num_arguments, num_arguments);
   functional_->callBoxed(&call);
   const std::vector<at::Tensor> results = TensorsIn(call);
   const std::vector<at::Tensor> outs = Outs(op, *stack);
@@ -335,6 +326,22 @@ void OutCall::RunFunctionalHere(const c10::OperatorHandle& op,
   for (size_t r = 0; r < op.schema().returns().size(); ++r) {
     stack->push_back(arguments[outs_[r]]);
   }
+}
+
+torch::jit::Stack OutCall::FunctionalArguments(const torch::jit::Stack& stack,
+                                               size_t first,
+                                               size_t num_arguments) const {
+  std::vector<bool> is_out(num_arguments, false);
+  for (size_t i : outs_) {
+    is_out[i] = true;
+  }
+  torch::jit::Stack arguments;
+  for (size_t i = 0; i < num_arguments; ++i) {
+    if (!is_out[i]) {
+      arguments.push_back(stack[first + i]);
+    }
+  }
+  return arguments;
 }
 
 std::vector<at::Tensor> OutCall::Outs(const c10::OperatorHandle& op,
@@ -396,16 +403,9 @@ OutCall::OutDtypes OutCall::Decision(const torch::jit::Stack& stack,
 OutCall::OutDtypes OutCall::DecideOnMeta(const torch::jit::Stack& stack,
                                          size_t first,
                                          size_t num_arguments) const {
-  std::vector<bool> is_out(num_arguments, false);
-  for (size_t i : outs_) {
-    is_out[i] = true;
-  }
-  torch::jit::Stack meta;
-  for (size_t i = 0; i < num_arguments; ++i) {
-    if (!is_out[i]) {
-      meta.push_back(stack[first + i]);
-      ForEachTensorIn(meta.back(), MetaLike);
-    }
+  torch::jit::Stack meta = FunctionalArguments(stack, first, num_arguments);
+  for (c10::IValue& value : meta) {
+    ForEachTensorIn(value, MetaLike);
   }
   try {
     at::AutoDispatchBelowADInplaceOrView below_autograd;

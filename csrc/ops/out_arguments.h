@@ -86,6 +86,10 @@ class OutCall {
   // kUnknown where the functional variant has no meta kernel, or one that
   // needs the values (masked_select): the lazy call's own results then tell.
   OutDtypes DecideOnMeta(const torch::jit::Stack& stack, size_t first, size_t num_arguments) const;
+  // The call's arguments but its out tensors: its functional variant's.
+  torch::jit::Stack FunctionalArguments(const torch::jit::Stack& stack,
+                                        size_t first,
+                                        size_t num_arguments) const;
   std::vector<at::Tensor> OutsFrom(const torch::jit::Stack& stack, size_t first) const;
   std::string DtypeKey(const torch::jit::Stack& stack, size_t first) const;
   // With check_dtypes, a result of another dtype than its out tensor sends
