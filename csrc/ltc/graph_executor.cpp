@@ -72,6 +72,17 @@ bool NeedsFailedStep(const torch::lazy::Value& value) {
   return false;
 }
 
+// Data with no value for good in place of the tensor's IR (and of any link
+// to an earlier value).
+void GiveNoValueForGood(const torch::lazy::LazyTensorPtr& tensor,
+                        const std::exception_ptr& failure,
+                        const std::string& explanation) {
+  tensor->SetDataHandle(LazyFuseBackendData::Failed(
+      tensor->GetDevice(), tensor->shape().Get(), failure, explanation));
+  ForgetPriorValue(*tensor);
+  TORCH_LAZY_COUNTER("LazyFuseValuesFailed", 1);
+}
+
 // A tensor whose graph failed, having overwritten nothing, gets back the
 // value it held before that graph if it has one (the graph updated it in
 // place) and `undo`. Otherwise, if it needs the failing step (`needs_failed`,
@@ -91,10 +102,7 @@ void RestoreAfterFailure(const torch::lazy::LazyTensorPtr& tensor,
     }
   }
   if (needs_failed != nullptr) {
-    tensor->SetDataHandle(LazyFuseBackendData::Failed(
-        tensor->GetDevice(), tensor->shape().Get(), needs_failed, kNoValueForGood));
-    ForgetPriorValue(*tensor);
-    TORCH_LAZY_COUNTER("LazyFuseValuesFailed", 1);
+    GiveNoValueForGood(tensor, needs_failed, kNoValueForGood);
     return;
   }
   tensor->SetIrValue(value);
@@ -107,11 +115,6 @@ std::exception_ptr FailureKept(const torch::lazy::Value& value,
   return may_undo && NeedsFailedStep(value) ? failure : nullptr;
 }
 
-// A tensor whose IR reads data with no value for good gets none either,
-// before the sync: its graph would fail on that data, and raise at every
-// sync as long as the tensor lives (a running total a failed loss was added
-// to), while the rest of the graph waited. The failure was raised once,
-// where it happened; the tensor raises it when read.
 // The failed data `root`'s IR reads, or nullptr; `reads` memoizes by node.
 // Iterative: an unrolled loop's IR is deeper than the stack allows.
 const LazyFuseBackendData* FailedDataRead(
@@ -166,12 +169,7 @@ void FailTensorsReadingFailedData(
   for (auto& entry : *pending) {
     const auto& [tensor, value] = entry;
     if (const LazyFuseBackendData* failed = FailedDataRead(value.node.get(), &reads)) {
-      tensor->SetDataHandle(LazyFuseBackendData::Failed(tensor->GetDevice(),
-                                                        tensor->shape().Get(),
-                                                        failed->failure(),
-                                                        failed->failure_explanation()));
-      ForgetPriorValue(*tensor);
-      TORCH_LAZY_COUNTER("LazyFuseValuesFailed", 1);
+      GiveNoValueForGood(tensor, failed->failure(), failed->failure_explanation());
     } else {
       if (&*kept != &entry) {
         *kept = std::move(entry);
