@@ -1,6 +1,7 @@
 #include "ltc/graph_executor.h"
 
 #include <c10/util/Exception.h>
+#include <torch/csrc/lazy/core/ir_util.h>
 #include <torch/csrc/lazy/core/metrics.h>
 
 #include <unordered_map>
@@ -115,45 +116,6 @@ std::exception_ptr FailureKept(const torch::lazy::Value& value,
   return may_undo && NeedsFailedStep(value) ? failure : nullptr;
 }
 
-// The failed data `root`'s IR reads, or nullptr; `reads` memoizes by node.
-// Iterative: an unrolled loop's IR is deeper than the stack allows.
-const LazyFuseBackendData* FailedDataRead(
-    const torch::lazy::Node* root,
-    std::unordered_map<const torch::lazy::Node*, const LazyFuseBackendData*>* reads) {
-  std::vector<std::pair<const torch::lazy::Node*, size_t>> stack{{root, 0}};
-  while (!stack.empty()) {
-    auto& [node, next] = stack.back();
-    if (reads->count(node) != 0) {
-      stack.pop_back();
-      continue;
-    }
-    const LazyFuseBackendData* failed = nullptr;
-    if (const DeviceData* leaf = DeviceData::Cast(node)) {
-      const auto* data = dynamic_cast<const LazyFuseBackendData*>(leaf->data().get());
-      failed = data != nullptr && data->failed() ? data : nullptr;
-    } else {
-      const auto& operands = node->operands();
-      for (; next < operands.size(); ++next) {
-        auto found = reads->find(operands[next].node);
-        if (found == reads->end()) {
-          break;
-        }
-        if ((failed = found->second) != nullptr) {
-          next = operands.size();
-          break;
-        }
-      }
-      if (next < operands.size()) {
-        stack.emplace_back(operands[next].node, 0);
-        continue;
-      }
-    }
-    reads->emplace(node, failed);
-    stack.pop_back();
-  }
-  return reads->at(root);
-}
-
 // A tensor whose IR reads data with no value for good gets none either,
 // before the sync, and leaves `pending`: its graph would fail on that data,
 // and raise at every sync while the tensor lived (a running total a failed
@@ -164,11 +126,28 @@ void FailTensorsReadingFailedData(
   if (LazyFuseBackendData::FailedAlive() == 0) {
     return;
   }
+  std::vector<const torch::lazy::Node*> roots;
+  roots.reserve(pending->size());
+  for (const auto& entry : *pending) {
+    roots.push_back(entry.second.node.get());
+  }
+  // By node: the failed data it reads, or nullptr; operands come first.
   std::unordered_map<const torch::lazy::Node*, const LazyFuseBackendData*> reads;
+  for (const torch::lazy::Node* node : torch::lazy::Util::ComputePostOrder(roots)) {
+    const LazyFuseBackendData* failed = nullptr;
+    if (const DeviceData* leaf = DeviceData::Cast(node)) {
+      const auto* data = dynamic_cast<const LazyFuseBackendData*>(leaf->data().get());
+      failed = data != nullptr && data->failed() ? data : nullptr;
+    }
+    for (const torch::lazy::Output& operand : node->operands()) {
+      failed = failed != nullptr ? failed : reads.at(operand.node);
+    }
+    reads.emplace(node, failed);
+  }
   auto kept = pending->begin();
   for (auto& entry : *pending) {
     const auto& [tensor, value] = entry;
-    if (const LazyFuseBackendData* failed = FailedDataRead(value.node.get(), &reads)) {
+    if (const LazyFuseBackendData* failed = reads.at(value.node.get())) {
       GiveNoValueForGood(tensor, failed->failure(), failed->failure_explanation());
     } else {
       if (&*kept != &entry) {

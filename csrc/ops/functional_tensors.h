@@ -5,6 +5,7 @@
 
 #include <ATen/FunctionalTensorWrapper.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/grad_mode.h>
 #include <ATen/core/ivalue.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
@@ -111,6 +112,22 @@ bool AnyTensorIn(const c10::IValue& value, Fn&& fn) {
 inline bool IsLazyFunctional(const at::Tensor& tensor) {
   return tensor.defined() && tensor.device().is_lazy() &&
          at::functionalization::impl::isFunctionalTensor(tensor);
+}
+
+// Whether autograd would record the op (backward), or carry a tangent
+// through it (forward mode). Either way torch's own kernels must run.
+inline bool AutogradRecords(const torch::jit::Stack& stack, size_t num_arguments) {
+  const bool grad_mode = at::GradMode::is_enabled();
+  for (size_t i = stack.size() - num_arguments; i < stack.size(); ++i) {
+    const bool records = AnyTensorIn(stack[i], [&](const at::Tensor& tensor) {
+      return tensor.defined() &&
+             ((grad_mode && tensor.requires_grad()) || tensor._fw_grad(/*level=*/0).defined());
+    });
+    if (records) {
+      return true;
+    }
+  }
+  return false;
 }
 
 // Ops whose in-place form may legitimately change the tensor's shape.

@@ -21,22 +21,6 @@
 namespace lazyfuse {
 namespace {
 
-// Whether autograd would record the op (backward), or carry a tangent
-// through it (forward mode). Either way torch's own kernels must run.
-bool AutogradRecords(const torch::jit::Stack& stack, size_t num_arguments) {
-  const bool grad_mode = at::GradMode::is_enabled();
-  for (size_t i = stack.size() - num_arguments; i < stack.size(); ++i) {
-    const bool records = AnyTensorIn(stack[i], [&](const at::Tensor& tensor) {
-      return tensor.defined() &&
-             ((grad_mode && tensor.requires_grad()) || tensor._fw_grad(/*level=*/0).defined());
-    });
-    if (records) {
-      return true;
-    }
-  }
-  return false;
-}
-
 // The errors eager's in-place kernels raise, named after the op.
 void CheckInplaceResult(const c10::OperatorHandle& op,
                         const at::Tensor& self,

@@ -140,20 +140,6 @@ void RunEagerly(const c10::OperatorHandle& op,
   }
 }
 
-bool AnyNeedsGrad(const torch::jit::Stack& stack, size_t first) {
-  if (!at::GradMode::is_enabled()) {
-    return false;
-  }
-  for (size_t i = first; i < stack.size(); ++i) {
-    if (AnyTensorIn(stack[i], [](const at::Tensor& tensor) {
-          return tensor.defined() && tensor.requires_grad();
-        })) {
-      return true;
-    }
-  }
-  return false;
-}
-
 bool AllLazy(const torch::jit::Stack& stack, size_t first, const std::vector<size_t>& positions) {
   for (size_t i : positions) {
     if (AnyTensorIn(stack[first + i], [](const at::Tensor& tensor) {
@@ -258,7 +244,7 @@ bool OutCall::RunsItself(const c10::OperatorHandle& op, torch::jit::Stack* stack
     return false;  // a tensor on another device: eager's own device check applies
   }
   if (!written_inputs_.empty()) {
-    if (AnyNeedsGrad(*stack, first)) {
+    if (AutogradRecords(*stack, num_arguments)) {
       return false;  // torch's autograd kernel raises eager's error
     }
     std::vector<size_t> written = outs_;
@@ -278,7 +264,7 @@ bool OutCall::RunsItself(const c10::OperatorHandle& op, torch::jit::Stack* stack
     RunEagerly(op, outs_, kOtherDtype, stack);
     return true;
   }
-  if (AnyNeedsGrad(*stack, first)) {
+  if (AutogradRecords(*stack, num_arguments)) {
     return false;  // torch's autograd kernel raises eager's error
   }
   if (dtypes == OutDtypes::kUnknown) {
