@@ -16,6 +16,7 @@
 #include "ltc/graph_executor.h"
 #include "ltc/pending_run.h"
 #include "ltc/pending_run_failures.h"
+#include "ltc/run_results.h"
 #include "ltc/step_replay.h"
 #include "ops/collective_call.h"
 #include "ops/ir_builder.h"

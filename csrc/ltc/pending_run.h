@@ -50,10 +50,4 @@ void SettleStreamResults(c10::ArrayRef<torch::lazy::BackendDataPtr> data);
 // one whose results are still pending.
 void WaitForCpuStreamRuns();
 
-// The results of a successful run as device data.
-std::vector<torch::lazy::BackendDataPtr> ResultsOfFinishedRun(
-    std::vector<at::Tensor> outputs,
-    const Program& program,
-    const torch::lazy::BackendDevice& device);
-
 }  // namespace lazyfuse

@@ -13,8 +13,9 @@ CSRC = Path(__file__).resolve().parents[2] / "csrc"
 ARCHITECTURE = CSRC.parent / "docs" / "architecture.md"
 
 # What each stage may include besides itself. `generated` is torchgen's
-# output, the ops stage's other half. The backend, its pending runs and init
-# in ltc/ wire every stage together and may include any of them.
+# output, the ops stage's other half. The backend, its runs' results (pending
+# or finished) and init in ltc/ wire every stage together and may include any
+# of them.
 ALLOWED: dict[str, set[str]] = {
     "ltc": set(),
     "program": {"ltc"},
@@ -33,6 +34,8 @@ WIRING = {
     "ltc/pending_run.cpp",
     "ltc/pending_run_failures.h",
     "ltc/pending_run_failures.cpp",
+    "ltc/run_results.h",
+    "ltc/run_results.cpp",
 }
 MAX_LINES = 500
 INCLUDE = re.compile(r'^#include "([^"]+)"', re.MULTILINE)
