@@ -13,6 +13,22 @@ namespace {
 std::atomic<long> g_failed_alive{0};
 }  // namespace
 
+const char* const LazyFuseBackendData::kNoValueForGood =
+    "this tensor needs that failing step, so it has no value: reading it, or a graph that "
+    "reads it, raises this error again. Later syncs do not run the failed graph again, so "
+    "they raise nothing for it. Reassign the tensor to go on.";
+
+LazyFuseBackendData::Pending::Pending(MakePending make,
+                                      bool in_flight,
+                                      std::shared_ptr<const std::atomic<bool>> failure_raised)
+    : make(std::move(make)), in_flight(in_flight), failure_raised(std::move(failure_raised)) {}
+
+LazyFuseBackendData::Pending::~Pending() {
+  if (failure != nullptr) {
+    g_failed_alive.fetch_sub(1, std::memory_order_relaxed);
+  }
+}
+
 LazyFuseBackendData::LazyFuseBackendData(torch::lazy::BackendDevice device,
                                          torch::lazy::Shape shape)
     : torch::lazy::BackendData(std::move(device), std::move(shape)) {}
@@ -28,13 +44,14 @@ LazyFuseBackendData::LazyFuseBackendData(torch::lazy::BackendDevice device,
       // view step's result) was read in the wrong order.
       value_(value.is_contiguous() ? std::move(value) : value.contiguous()) {}
 
-LazyFuseBackendData::LazyFuseBackendData(
-    torch::lazy::BackendDevice device,
-    torch::lazy::Shape shape,
-    std::function<at::Tensor(const torch::lazy::BackendDataPtr&)> pending,
-    bool in_flight)
+LazyFuseBackendData::LazyFuseBackendData(torch::lazy::BackendDevice device,
+                                         torch::lazy::Shape shape,
+                                         MakePending pending,
+                                         bool in_flight,
+                                         std::shared_ptr<const std::atomic<bool>> failure_raised)
     : torch::lazy::BackendData(std::move(device), std::move(shape)),
-      pending_(std::make_shared<Pending>(Pending{std::move(pending), at::Tensor(), in_flight})) {}
+      pending_(
+          std::make_shared<Pending>(std::move(pending), in_flight, std::move(failure_raised))) {}
 
 std::shared_ptr<LazyFuseBackendData> LazyFuseBackendData::Failed(torch::lazy::BackendDevice device,
                                                                  torch::lazy::Shape shape,
@@ -57,8 +74,13 @@ LazyFuseBackendData::~LazyFuseBackendData() {
   }
 }
 
+const std::string& LazyFuseBackendData::failure_explanation() const {
+  static const std::string pending_failure = kNoValueForGood;
+  return failure_ != nullptr ? failure_explanation_ : pending_failure;
+}
+
 void LazyFuseBackendData::RaiseFailure() const {
-  RaiseWithResultsPending(failure_, failure_explanation_);
+  RaiseWithResultsPending(failure(), failure_explanation());
 }
 
 void LazyFuseBackendData::SetPrior(const torch::lazy::BackendDataPtr& prior) {
@@ -79,12 +101,25 @@ void LazyFuseBackendData::Assign(const torch::lazy::BackendData& data) {
 }
 
 const at::Tensor& LazyFuseBackendData::tensor() const {
-  if (failure_ != nullptr) {
+  if (failed()) {
     RaiseFailure();
   }
   if (!value_.defined() && pending_ != nullptr) {
     if (!pending_->value.defined()) {
-      at::Tensor value = pending_->make(pending_->prior.lock());
+      bool no_value_for_good = false;
+      at::Tensor value;
+      try {
+        value = pending_->make(pending_->prior.lock(), &no_value_for_good);
+      } catch (...) {
+        if (no_value_for_good) {
+          // Raised as it is this once; every later read raises it with the
+          // explanation, and a sync gives the tensors reading it no value.
+          pending_->failure = std::current_exception();
+          pending_->make = nullptr;
+          g_failed_alive.fetch_add(1, std::memory_order_relaxed);
+        }
+        throw;
+      }
       pending_->value = value.is_contiguous() ? std::move(value) : value.contiguous();
       pending_->make = nullptr;  // lets go of what it read from
     }
@@ -137,7 +172,7 @@ bool LazyFuseBackendData::is_wrapped_number() const {
 }
 
 bool LazyFuseBackendData::is_host_scalar() const {
-  if (shape().dim() != 0 || failure_ != nullptr) {
+  if (shape().dim() != 0 || failed()) {
     return false;  // answered without making a pending value
   }
   if (pending_ != nullptr) {

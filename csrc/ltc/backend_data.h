@@ -9,6 +9,7 @@
 #include <ATen/Tensor.h>
 #include <torch/csrc/lazy/backend/backend_data.h>
 
+#include <atomic>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -28,11 +29,19 @@ class LazyFuseBackendData : public torch::lazy::BackendData {
   // of its parameters (`pending` finishes the graph), a result of a graph
   // running on the CPU stream (`in_flight`; `pending` waits for it), or a
   // view's base kept as a function of the view (runtime/result_aliases.h).
-  // `pending` is given the data set by SetPrior, or nullptr.
+  // `pending` is given the data set by SetPrior, or nullptr, and sets
+  // `*no_value_for_good` before it raises a failure that a read would meet
+  // again (its result needs the step that failed on its inputs' values, and
+  // there is no earlier value to give): the data then has no value for good,
+  // as Failed() data does. `failure_raised`, if given, says whether the run
+  // making the value failed on its inputs' values and that failure was raised.
+  using MakePending =
+      std::function<at::Tensor(const torch::lazy::BackendDataPtr& prior, bool* no_value_for_good)>;
   LazyFuseBackendData(torch::lazy::BackendDevice device,
                       torch::lazy::Shape shape,
-                      std::function<at::Tensor(const torch::lazy::BackendDataPtr& prior)> pending,
-                      bool in_flight = false);
+                      MakePending pending,
+                      bool in_flight = false,
+                      std::shared_ptr<const std::atomic<bool>> failure_raised = nullptr);
 
   // No value, for good: the step of the graph that would have made it
   // failed on its inputs' values, and that failure was raised. Each read, and
@@ -42,7 +51,10 @@ class LazyFuseBackendData : public torch::lazy::BackendData {
                                                      torch::lazy::Shape shape,
                                                      std::exception_ptr failure,
                                                      std::string explanation);
-  // How many Failed() data are alive: while none is, no sync looks for them.
+  // What a read of data with no value for good says after the failure.
+  static const char* const kNoValueForGood;
+  // How many data with no value for good are alive: while none is, no sync
+  // looks for them.
   static long FailedAlive();
   ~LazyFuseBackendData() override;
 
@@ -53,17 +65,17 @@ class LazyFuseBackendData : public torch::lazy::BackendData {
   bool HasValue() const override {
     return value_.defined() || pending_ != nullptr || failure_ != nullptr;
   }
+  // Whether the data has no value for good: Failed() data, or a pending
+  // value whose making met such a failure.
   bool failed() const {
-    return failure_ != nullptr;
+    return failure_ != nullptr || (pending_ != nullptr && pending_->failure != nullptr);
   }
-  // Raises the failure of Failed() data.
+  // Raises the failure of data with no value for good.
   [[noreturn]] void RaiseFailure() const;
   const std::exception_ptr& failure() const {
-    return failure_;
+    return failure_ != nullptr || pending_ == nullptr ? failure_ : pending_->failure;
   }
-  const std::string& failure_explanation() const {
-    return failure_explanation_;
-  }
+  const std::string& failure_explanation() const;
 
   const at::Tensor& tensor() const;
   // Drops the value: a graph given this memory (buffer donation) reads it
@@ -77,11 +89,17 @@ class LazyFuseBackendData : public torch::lazy::BackendData {
   void SetPrior(const torch::lazy::BackendDataPtr& prior);
   // Whether the value waits for its first read to be made.
   bool pending() const {
-    return !value_.defined() && pending_ != nullptr && !pending_->value.defined();
+    return !value_.defined() && pending_ != nullptr && !pending_->value.defined() &&
+           pending_->failure == nullptr;
   }
   // Whether the value is a result of a graph the CPU stream runs, not yet read.
   bool in_flight() const {
     return pending() && pending_->in_flight;
+  }
+  // Whether the value waits for a run whose failure was raised already: made
+  // now, it is a value, one from before that run, or none for good.
+  bool awaits_failed_run() const {
+    return pending() && pending_->failure_raised != nullptr && pending_->failure_raised->load();
   }
   // Tells data apart by value without making a pending one: data assigned
   // from the same result answer the same.
@@ -95,10 +113,16 @@ class LazyFuseBackendData : public torch::lazy::BackendData {
   // A pending value, shared by the data assigned from it, so that it is made
   // once, as one tensor, whichever of them is read first.
   struct Pending {
-    std::function<at::Tensor(const torch::lazy::BackendDataPtr& prior)> make;
+    Pending(MakePending make,
+            bool in_flight,
+            std::shared_ptr<const std::atomic<bool>> failure_raised);
+    ~Pending();
+    MakePending make;
     at::Tensor value;
     bool in_flight = false;
+    std::shared_ptr<const std::atomic<bool>> failure_raised;
     std::weak_ptr<torch::lazy::BackendData> prior;
+    std::exception_ptr failure;  // no value for good: what making it raised
   };
   // Filled from pending_ on the first read. LTC reads device data from the
   // thread that traces, as it does every tensor's data.

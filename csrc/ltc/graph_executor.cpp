@@ -41,11 +41,6 @@ struct SyncedResults {
 };
 thread_local SyncedResults t_synced_results;
 
-constexpr const char* kNoValueForGood =
-    "this tensor needs that failing step, so it has no value: reading it, or a graph that "
-    "reads it, raises this error again. Later syncs do not run the failed graph again, so "
-    "they raise nothing for it. Reassign the tensor to go on.";
-
 class FullSyncScope {
  public:
   explicit FullSyncScope(bool may_return_early) {
@@ -103,7 +98,7 @@ void RestoreAfterFailure(const torch::lazy::LazyTensorPtr& tensor,
     }
   }
   if (needs_failed != nullptr) {
-    GiveNoValueForGood(tensor, needs_failed, kNoValueForGood);
+    GiveNoValueForGood(tensor, needs_failed, LazyFuseBackendData::kNoValueForGood);
     return;
   }
   tensor->SetIrValue(value);
@@ -120,10 +115,11 @@ std::exception_ptr FailureKept(const torch::lazy::Value& value,
 // before the sync, and leaves `pending`: its graph would fail on that data,
 // and raise at every sync while the tensor lived (a running total a failed
 // loss was added to), the rest of the graph waiting. The failure was raised
-// once, where it happened; the tensor raises it when read.
+// once, where it happened; the tensor raises it when read. A result of a run
+// whose failure was raised is made first, to learn whether it has a value.
 void FailTensorsReadingFailedData(
     std::vector<std::pair<torch::lazy::LazyTensorPtr, torch::lazy::Value>>* pending) {
-  if (LazyFuseBackendData::FailedAlive() == 0) {
+  if (LazyFuseBackendData::FailedAlive() == 0 && FailedRunsRaisedAlive() == 0) {
     return;
   }
   std::vector<const torch::lazy::Node*> roots;
@@ -137,6 +133,13 @@ void FailTensorsReadingFailedData(
     const LazyFuseBackendData* failed = nullptr;
     if (const DeviceData* leaf = DeviceData::Cast(node)) {
       const auto* data = dynamic_cast<const LazyFuseBackendData*>(leaf->data().get());
+      if (data != nullptr && data->awaits_failed_run()) {
+        try {
+          data->tensor();
+        } catch (...) {
+          // Raised before; if it left the data a value to make, the sync meets it again.
+        }
+      }
       failed = data != nullptr && data->failed() ? data : nullptr;
     }
     for (const torch::lazy::Output& operand : node->operands()) {

@@ -5,6 +5,7 @@
 #include <torch/csrc/lazy/core/metrics.h>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <mutex>
 
@@ -19,6 +20,9 @@
 namespace lazyfuse {
 namespace {
 
+// Runs alive whose failure was raised (FailedRunsRaisedAlive).
+std::atomic<long> g_failed_runs_raised{0};
+
 class PendingRun {
  public:
   // `failure`: what the sync that ran it raised, for a run that failed there.
@@ -32,10 +36,18 @@ class PendingRun {
         arguments_(std::move(arguments)),
         holders_(program_->results.size()),
         derived_from_(program_->results.size(), false),
-        failure_error_(std::move(failure)),
-        reported_(failure_error_ != nullptr) {
+        failure_error_(std::move(failure)) {
     for (const DerivedResult& entry : program_->derived_results) {
       derived_from_[entry.from] = true;
+    }
+    if (failure_error_ != nullptr) {
+      MarkReported();
+    }
+  }
+
+  ~PendingRun() {
+    if (failure_raised_->load()) {
+      g_failed_runs_raised.fetch_sub(1, std::memory_order_relaxed);
     }
   }
 
@@ -46,21 +58,27 @@ class PendingRun {
     results.reserve(program_->results.size());
     for (size_t i = 0; i < program_->results.size(); ++i) {
       const BufferInfo& info = program_->buffers[program_->results[i]];
-      std::function<at::Tensor(const torch::lazy::BackendDataPtr&)> make;
+      LazyFuseBackendData::MakePending make;
       if (const DerivedResult* entry = derived[i]) {
         make = [self, entry = *entry, sizes = info.sizes, holder = Holder(self, entry->from)](
-                   const torch::lazy::BackendDataPtr& prior) {
+                   const torch::lazy::BackendDataPtr& prior, bool* no_value_for_good) {
           bool undone = false;
-          at::Tensor from = self->Result(entry.from, /*keep=*/true, prior, &undone);
+          at::Tensor from =
+              self->Result(entry.from, /*keep=*/true, prior, &undone, no_value_for_good);
           return undone ? from : MakeDerivedResult(entry, sizes, from);
         };
       } else {
-        make = [self, i, holder = Holder(self, i)](const torch::lazy::BackendDataPtr& prior) {
-          return self->Result(i, /*keep=*/false, prior, nullptr);
+        make = [self, i, holder = Holder(self, i)](const torch::lazy::BackendDataPtr& prior,
+                                                   bool* no_value_for_good) {
+          return self->Result(i, /*keep=*/false, prior, nullptr, no_value_for_good);
         };
       }
-      results.push_back(std::make_shared<LazyFuseBackendData>(
-          device, torch::lazy::Shape(info.dtype, info.sizes), std::move(make), on_stream_));
+      results.push_back(
+          std::make_shared<LazyFuseBackendData>(device,
+                                                torch::lazy::Shape(info.dtype, info.sizes),
+                                                std::move(make),
+                                                on_stream_,
+                                                failure_raised_));
     }
     return results;
   }
@@ -111,7 +129,7 @@ class PendingRun {
   // before the run back.
   void NoteFailureReported() {
     std::lock_guard<std::mutex> lock(mutex_);
-    reported_ = true;
+    MarkReported();
   }
 
  private:
@@ -151,11 +169,13 @@ class PendingRun {
 
   // `keep`: a derived result reads this one again. `prior`: what the tensor
   // reading it held before this graph (ltc/prior_values.h), or nullptr; a
-  // value undone to it sets `*undone`.
+  // value undone to it sets `*undone`. A failure raised that every later
+  // read would raise again sets `*no_value_for_good`.
   at::Tensor Result(size_t index,
                     bool keep,
                     const torch::lazy::BackendDataPtr& prior,
-                    bool* undone) {
+                    bool* undone,
+                    bool* no_value_for_good) {
     if (on_stream_) {
       std::unique_lock<std::mutex> lock(attempted_mutex_);
       attempted_cv_.wait(lock, [&] { return attempted_; });
@@ -184,9 +204,11 @@ class PendingRun {
         }
       }
       // Otherwise the rest stays pending for the others; the value is read below.
-      if (failure != nullptr && !FinishAlone(index)) {
-        if (prior != nullptr && prior->HasValue() && reported_ && FailureUndoes(failure) &&
-            MayUndoTo(*prior)) {
+      bool needs_failing_step = false;
+      if (failure != nullptr && !FinishAlone(index, &needs_failing_step)) {
+        const bool may_undo =
+            prior != nullptr && prior->HasValue() && FailureUndoes(failure) && MayUndoTo(*prior);
+        if (may_undo && reported_) {
           undid_ = true;
           TORCH_LAZY_COUNTER("LazyFuseValuesUndone", 1);
           if (undone != nullptr) {
@@ -194,7 +216,12 @@ class PendingRun {
           }
           return static_cast<const LazyFuseBackendData&>(*prior).tensor();
         }
-        reported_ = true;
+        // The step failed on its inputs' values, so it fails again at every
+        // read; with no earlier value to give, this result has none for good,
+        // and a graph reading it would raise at every sync (a running total
+        // of the losses) without it.
+        *no_value_for_good = needs_failing_step && FailureUndoes(failure) && !may_undo;
+        MarkReported();
         try {
           std::rethrow_exception(failure);
         } catch (c10::Error& error) {
@@ -223,6 +250,18 @@ class PendingRun {
     return value;
   }
 
+  // Under mutex_ (or in the constructor): the run's failure reached the
+  // user. If it failed on values, each result is from
+  // now on a value, one from before the run, or none, found without running
+  // the rest again, so a sync may make the results its graph reads first.
+  void MarkReported() {
+    reported_ = true;
+    if (run_ != nullptr && failure_error_ != nullptr && FailureUndoes(failure_error_) &&
+        run_->lost.empty() && run_->ran_collective.empty() && !failure_raised_->exchange(true)) {
+      g_failed_runs_raised.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+
   // Under mutex_, with the run unfinished: whether a tensor it updates in
   // place may get back `prior`, its value from before the run. Not once a
   // step wrote over that memory (buffer donation), nor after a collective,
@@ -243,8 +282,9 @@ class PendingRun {
   // only the steps result `index` needs; it shares the run's buffers but may
   // write over none of them, so the run stays as it was for the other
   // results. Never where a collective is left, which every rank runs exactly
-  // once. Whether the copy succeeded.
-  bool FinishAlone(size_t index) {
+  // once. Whether the copy succeeded; if it ran and failed,
+  // `*needs_failing_step`.
+  bool FinishAlone(size_t index, bool* needs_failing_step) {
     const auto& steps = program_->steps;
     if (!run_->lost.empty() || !run_->ran_collective.empty() ||
         std::any_of(steps.begin() + run_->next_step, steps.end(), [](const Step& step) {
@@ -262,7 +302,8 @@ class PendingRun {
     try {
       outputs = ContinueProgram(copy, wanted);
     } catch (const std::exception&) {
-      return false;  // this result needs the failing step: the caller raises its error
+      *needs_failing_step = true;  // the caller raises the run's error
+      return false;
     }
     if (on_stream_) {
       SettleOutputs(*program_, outputs);
@@ -330,7 +371,12 @@ class PendingRun {
   std::exception_ptr failure_error_;
   // Whether the run's failure reached the user: a read or a wait raised it,
   // or the sync that ran it did.
-  bool reported_;
+  bool reported_ = false;
+  // Whether MarkReported found the run failed on values, for the results'
+  // data to read without mutex_, which a run on the CPU stream holds until it
+  // ends.
+  const std::shared_ptr<std::atomic<bool>> failure_raised_ =
+      std::make_shared<std::atomic<bool>>(false);
   // Whether a value was undone to its prior (see Result).
   bool undid_ = false;
 
@@ -396,6 +442,10 @@ void SettleStreamResults(c10::ArrayRef<torch::lazy::BackendDataPtr> data) {
       ours->tensor();
     }
   }
+}
+
+long FailedRunsRaisedAlive() {
+  return g_failed_runs_raised.load(std::memory_order_relaxed);
 }
 
 void WaitForCpuStreamRuns() {

@@ -46,6 +46,11 @@ std::vector<torch::lazy::BackendDataPtr> ResultsRunOnCpuStream(
 // reads its arguments' values, and decides donation, only once they exist.
 void SettleStreamResults(c10::ArrayRef<torch::lazy::BackendDataPtr> data);
 
+// How many runs that failed on values, their failure raised, still have
+// results to make: while none has, no sync looks for them
+// (LazyFuseBackendData::awaits_failed_run).
+long FailedRunsRaisedAlive();
+
 // Waits for every graph on the CPU stream, then raises the first failure of
 // one whose results are still pending.
 void WaitForCpuStreamRuns();

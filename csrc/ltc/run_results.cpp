@@ -39,7 +39,7 @@ std::vector<torch::lazy::BackendDataPtr> ResultsOfFinishedRun(
           device,
           shape,
           [entry = *entry, sizes = info.sizes, from = outputs[entry->from]](
-              const torch::lazy::BackendDataPtr& /*prior*/) {
+              const torch::lazy::BackendDataPtr& /*prior*/, bool* /*no_value_for_good*/) {
             return MakeDerivedResult(entry, sizes, from);
           }));
     } else {

@@ -250,15 +250,17 @@ def test_running_out_of_memory_keeps_the_update_to_finish() -> None:
     assert lazyfuse.metrics.counter_value("LazyFuseValuesUndone") == 0
 
 
-def random_failing_graph(seed: int, fused: bool) -> list[str]:
-    """Random in-place updates, view writes and new tensors around a step
-    that fails on its values, checked against an eager mirror in which that
-    step reads a valid index, and a record of what needs the failing step.
-    Updated tensors that need it read as before the graph, the others as in
-    the mirror; new tensors that need it raise, the others read. With fused
-    kernels, work fused into a kernel beside work that needs the failing
-    step needs it too, so such a tensor may also read as before, or raise."""
-    rng = random.Random(seed)
+Made = list[tuple[torch.Tensor, torch.Tensor, bool]]
+
+
+def trace_around_a_failing_step(
+    rng: random.Random, seed: int
+) -> tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor], list[bool], Made]:
+    """Traces random in-place updates, view writes and new tensors around a
+    step that fails on its values (an index_select out of range), beside an
+    eager mirror in which that step reads a valid index: the host values, the
+    lazy tensors, their mirrors, whether each update needs the failing step,
+    and the new tensors as (lazy, mirror, needs the failing step)."""
     device = lazyfuse.lazy_device()
     host = [
         torch.randn(4, generator=torch.Generator().manual_seed(seed * 10 + i)) for i in range(4)
@@ -269,7 +271,7 @@ def random_failing_graph(seed: int, fused: bool) -> list[str]:
     lazyfuse.mark_step()
     mirror = [h.clone() for h in host]
     needs = [False] * 4
-    made: list[tuple[torch.Tensor, torch.Tensor, bool]] = []
+    made: Made = []
     failing = (lazy_table.index_select(0, torch.tensor([9]).to(device))[0], table[0], True)
     with torch.no_grad():
         for _ in range(rng.randint(3, 10)):
@@ -290,7 +292,19 @@ def random_failing_graph(seed: int, fused: bool) -> list[str]:
                 lazy[i][j] = b[0].sum()
                 mirror[i][j] = b[1].sum()
                 needs[i] = needs[i] or b[2]
-    del pool, a, b, failing
+    return host, lazy, mirror, needs, made
+
+
+def random_failing_graph(seed: int, fused: bool) -> list[str]:
+    """Random in-place updates, view writes and new tensors around a step
+    that fails on its values, checked against an eager mirror in which that
+    step reads a valid index, and a record of what needs the failing step.
+    Updated tensors that need it read as before the graph, the others as in
+    the mirror; new tensors that need it raise, the others read. With fused
+    kernels, work fused into a kernel beside work that needs the failing
+    step needs it too, so such a tensor may also read as before, or raise."""
+    rng = random.Random(seed)
+    host, lazy, mirror, needs, made = trace_around_a_failing_step(rng, seed)
     try:
         lazyfuse.mark_step()
         reported = False
@@ -412,15 +426,7 @@ def eager_skipping_the_bad_batch() -> tuple[torch.nn.Module, list[float]]:
         ("sync", False),
         ("async", False),
         ("sync", True),
-        pytest.param(
-            "async",
-            True,
-            marks=pytest.mark.xfail(
-                reason="asynchronous execution: a graph reading a failed run's pending result "
-                "raises at each sync while tensors derived from it are traced on",
-                strict=True,
-            ),
-        ),
+        ("async", True),
     ],
     ids=["sync", "async", "sync_running_total", "async_running_total"],
 )
