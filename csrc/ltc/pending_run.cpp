@@ -182,6 +182,9 @@ class PendingRun {
     }
     std::lock_guard<std::mutex> lock(mutex_);
     if (run_ != nullptr && !FinishedAlone(index)) {
+      // Nothing runs beside a second try, or a copy for this result alone:
+      // the CPU kernels' runtime serves one run at a time.
+      SynchronizeCpuStream();
       std::exception_ptr failure = failure_error_;
       bool fresh = false;
       // The rest of the run is tried again until its failure is raised. After
@@ -191,9 +194,6 @@ class PendingRun {
       const bool retry = failure == nullptr || !reported_ || !FailureUndoes(failure) ||
                          !run_->lost.empty() || !run_->ran_collective.empty();
       if (!undid_ && retry) {
-        if (on_stream_) {
-          SynchronizeCpuStream();  // nothing runs beside a second try
-        }
         try {
           Finish(/*all=*/false);
           failure = nullptr;
