@@ -88,11 +88,6 @@ class LazyFuseGraphExecutor : public torch::lazy::LazyGraphExecutor {
   // syncs all live tensors first.
   void MarkStep(const torch::lazy::BackendDevice& device) override;
 
-  // Every lazy tensor alive on `device` (memory reports).
-  std::vector<torch::lazy::LazyTensorPtr> LiveTensorsOn(const torch::lazy::BackendDevice& device) {
-    return GetLiveTensors(&device);
-  }
-
  protected:
   // LTC hashes each root's DAG and the parameter sequence, but two nodes
   // with equal hashes (same-shape DeviceData, or equal subgraphs) are

@@ -147,24 +147,6 @@ PYBIND11_MODULE(_C, m) {
         }
         return held;
       });
-  // Each live lazy tensor's data: (storage address, storage bytes, sizes).
-  m.def("_live_data", [] {
-    auto* executor = static_cast<LazyFuseGraphExecutor*>(torch::lazy::LazyGraphExecutor::Get());
-    std::vector<std::tuple<uintptr_t, int64_t, std::vector<int64_t>>> live;
-    for (const auto& tensor : executor->LiveTensorsOn(DefaultBackendDevice())) {
-      const auto* data =
-          dynamic_cast<const LazyFuseBackendData*>(tensor->CurrentDataHandle().get());
-      if (data == nullptr || !data->HasValue() || data->pending() ||
-          !data->tensor().has_storage()) {
-        continue;
-      }
-      const c10::Storage& storage = data->tensor().storage();
-      live.emplace_back(reinterpret_cast<uintptr_t>(storage.unsafeGetStorageImpl()),
-                        static_cast<int64_t>(storage.nbytes()),
-                        data->tensor().sizes().vec());
-    }
-    return live;
-  });
   m.def("_start_memory_meter", [] { return StartMemoryMeter(BackingDevice().type()); });
   m.def("_stop_memory_meter", [](const std::shared_ptr<MemoryMeter>& meter) {
     SynchronizeCpuStreamWithoutGil();
