@@ -69,7 +69,8 @@ _C._set_library_dirs(
     )
 )
 
-from lazyfuse import amp, config, debug, distributed, metrics, optim  # noqa: E402
+# module_conversion: imported for what it sets, Module.to()'s way with lazy tensors.
+from lazyfuse import amp, config, debug, distributed, metrics, module_conversion, optim  # noqa: E402, F401
 from lazyfuse import replay as replay_module  # noqa: E402
 from lazyfuse.amp import autocast  # noqa: E402
 
@@ -108,15 +109,6 @@ def _reduce_ex(self: torch.Tensor, protocol: int) -> object:
 
 
 torch.Tensor.__reduce_ex__ = _reduce_ex  # type: ignore[method-assign]
-
-# Lazy tensors are not shallow-copy compatible with CPU or CUDA ones, so
-# Module.to(lazy) used to give every module a new Parameter object: weights
-# two modules share (tie_weights(), GPT-2's wte and lm_head) came apart and
-# their gradients were wrong. With PyTorch's swap-on-conversion (its planned
-# default) .to() swaps each parameter's contents in place: a parameter keeps
-# its identity across devices, shared ones stay one object, and optimizers
-# built before .to() keep working.
-torch.__future__.set_swap_module_params_on_conversion(True)
 
 
 def lazy_device(index: int = 0) -> torch.device:
