@@ -316,6 +316,46 @@ std::vector<Shape> compute_shape_mode(const at::Tensor& self, int64_t dim, bool 
   return {ShapeOf(values), Shape(at::kLong, values.sizes().vec())};
 }
 
+std::vector<Shape> compute_shape_median(const at::Tensor& self, int64_t dim, bool keepdim) {
+  const at::Tensor values = std::get<0>(at::median(OnMeta(self), dim, keepdim));
+  return {ShapeOf(values), Shape(at::kLong, values.sizes().vec())};
+}
+
+std::vector<Shape> compute_shape_kthvalue(const at::Tensor& self,
+                                          int64_t k,
+                                          int64_t dim,
+                                          bool keepdim) {
+  const at::Tensor values = std::get<0>(at::kthvalue(OnMeta(self), k, dim, keepdim));
+  return {ShapeOf(values), Shape(at::kLong, values.sizes().vec())};
+}
+
+std::vector<Shape> compute_shape__cdist_forward(const at::Tensor& x1,
+                                                const at::Tensor& x2,
+                                                double p,
+                                                std::optional<int64_t> compute_mode) {
+  return {ShapeOf(at::_cdist_forward(OnMeta(x1), OnMeta(x2), p, compute_mode))};
+}
+
+// The gradient has the batch dimensions of both inputs, broadcast.
+std::vector<Shape> compute_shape__cdist_backward(const at::Tensor& grad,
+                                                 const at::Tensor& x1,
+                                                 const at::Tensor& x2,
+                                                 double p,
+                                                 const at::Tensor& cdist) {
+  return {ShapeOf(at::_cdist_backward(OnMeta(grad), OnMeta(x1), OnMeta(x2), p, OnMeta(cdist)))};
+}
+
+std::vector<Shape> compute_shape__pdist_forward(const at::Tensor& self, double p) {
+  return {ShapeOf(at::_pdist_forward(OnMeta(self), p))};
+}
+
+std::vector<Shape> compute_shape__pdist_backward(const at::Tensor& grad,
+                                                 const at::Tensor& self,
+                                                 double p,
+                                                 const at::Tensor& pdist) {
+  return {ShapeOf(at::_pdist_backward(OnMeta(grad), OnMeta(self), p, OnMeta(pdist)))};
+}
+
 std::vector<Shape> compute_shape_nanmedian(const at::Tensor& self) {
   return {Shape(self.scalar_type(), {})};
 }

@@ -52,5 +52,36 @@ TORCH_API std::vector<torch::lazy::Shape> compute_shape_searchsorted(const at::T
 TORCH_API std::vector<torch::lazy::Shape> compute_shape_std_mean(const at::Tensor & self, at::OptionalIntArrayRef dim, const ::std::optional<at::Scalar> & correction, bool keepdim);
 TORCH_API std::vector<torch::lazy::Shape> compute_shape_var_mean(const at::Tensor & self, at::OptionalIntArrayRef dim, const ::std::optional<at::Scalar> & correction, bool keepdim);
 TORCH_API std::vector<torch::lazy::Shape> compute_shape_vdot(const at::Tensor & self, const at::Tensor & other);
+// ops/nn_shapes.cpp
+TORCH_API std::vector<torch::lazy::Shape> compute_shape_max_pool3d_with_indices(const at::Tensor & self, at::IntArrayRef kernel_size, at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, bool ceil_mode);
+TORCH_API std::vector<torch::lazy::Shape> compute_shape_max_pool3d_with_indices_backward(const at::Tensor & grad_output, const at::Tensor & self, at::IntArrayRef kernel_size, at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, bool ceil_mode, const at::Tensor & indices);
+TORCH_API std::vector<torch::lazy::Shape> compute_shape_reflection_pad2d(const at::Tensor & self, at::IntArrayRef padding);
+TORCH_API std::vector<torch::lazy::Shape> compute_shape_reflection_pad2d_backward(const at::Tensor & grad_output, const at::Tensor & self, at::IntArrayRef padding);
+TORCH_API std::vector<torch::lazy::Shape> compute_shape_replication_pad2d_backward(const at::Tensor & grad_output, const at::Tensor & self, at::IntArrayRef padding);
+TORCH_API std::vector<torch::lazy::Shape> compute_shape_replication_pad3d_backward(const at::Tensor & grad_output, const at::Tensor & self, at::IntArrayRef padding);
+TORCH_API std::vector<torch::lazy::Shape> compute_shape__prelu_kernel(const at::Tensor & self, const at::Tensor & weight);
+TORCH_API std::vector<torch::lazy::Shape> compute_shape__prelu_kernel_backward(const at::Tensor & grad_output, const at::Tensor & self, const at::Tensor & weight);
+TORCH_API std::vector<torch::lazy::Shape> compute_shape_multi_margin_loss(const at::Tensor & self, const at::Tensor & target, const at::Scalar & p, const at::Scalar & margin, const ::std::optional<at::Tensor> & weight, int64_t reduction);
+TORCH_API std::vector<torch::lazy::Shape> compute_shape_multi_margin_loss_backward(const at::Tensor & grad_output, const at::Tensor & self, const at::Tensor & target, const at::Scalar & p, const at::Scalar & margin, const ::std::optional<at::Tensor> & weight, int64_t reduction);
+TORCH_API std::vector<torch::lazy::Shape> compute_shape_multilabel_margin_loss_forward(const at::Tensor & self, const at::Tensor & target, int64_t reduction);
+TORCH_API std::vector<torch::lazy::Shape> compute_shape_multilabel_margin_loss_backward(const at::Tensor & grad_output, const at::Tensor & self, const at::Tensor & target, int64_t reduction, const at::Tensor & is_target);
+TORCH_API std::vector<torch::lazy::Shape> compute_shape_soft_margin_loss(const at::Tensor & self, const at::Tensor & target, int64_t reduction);
+TORCH_API std::vector<torch::lazy::Shape> compute_shape_soft_margin_loss_backward(const at::Tensor & grad_output, const at::Tensor & self, const at::Tensor & target, int64_t reduction);
+TORCH_API std::vector<torch::lazy::Shape> compute_shape_grid_sampler_3d(const at::Tensor & input, const at::Tensor & grid, int64_t interpolation_mode, int64_t padding_mode, bool align_corners);
+TORCH_API std::vector<torch::lazy::Shape> compute_shape_grid_sampler_3d_backward(const at::Tensor & grad_output, const at::Tensor & input, const at::Tensor & grid, int64_t interpolation_mode, int64_t padding_mode, bool align_corners, ::std::array<bool,2> output_mask);
+TORCH_API std::vector<torch::lazy::Shape> compute_shape_max_unpool2d(const at::Tensor & self, const at::Tensor & indices, at::IntArrayRef output_size);
+TORCH_API std::vector<torch::lazy::Shape> compute_shape_max_unpool3d(const at::Tensor & self, const at::Tensor & indices, at::IntArrayRef output_size, at::IntArrayRef stride, at::IntArrayRef padding);
+TORCH_API std::vector<torch::lazy::Shape> compute_shape_pixel_shuffle(const at::Tensor & self, int64_t upscale_factor);
+TORCH_API std::vector<torch::lazy::Shape> compute_shape_pixel_unshuffle(const at::Tensor & self, int64_t downscale_factor);
+TORCH_API std::vector<torch::lazy::Shape> compute_shape_channel_shuffle(const at::Tensor & self, int64_t groups);
+TORCH_API std::vector<torch::lazy::Shape> compute_shape_im2col(const at::Tensor & self, at::IntArrayRef kernel_size, at::IntArrayRef dilation, at::IntArrayRef padding, at::IntArrayRef stride);
+TORCH_API std::vector<torch::lazy::Shape> compute_shape_col2im(const at::Tensor & self, at::IntArrayRef output_size, at::IntArrayRef kernel_size, at::IntArrayRef dilation, at::IntArrayRef padding, at::IntArrayRef stride);
+// ops/shape_inference.cpp
+TORCH_API std::vector<torch::lazy::Shape> compute_shape_kthvalue(const at::Tensor & self, int64_t k, int64_t dim, bool keepdim);
+TORCH_API std::vector<torch::lazy::Shape> compute_shape_median(const at::Tensor & self, int64_t dim, bool keepdim);
+TORCH_API std::vector<torch::lazy::Shape> compute_shape__cdist_forward(const at::Tensor & x1, const at::Tensor & x2, double p, ::std::optional<int64_t> compute_mode);
+TORCH_API std::vector<torch::lazy::Shape> compute_shape__cdist_backward(const at::Tensor & grad, const at::Tensor & x1, const at::Tensor & x2, double p, const at::Tensor & cdist);
+TORCH_API std::vector<torch::lazy::Shape> compute_shape__pdist_forward(const at::Tensor & self, double p);
+TORCH_API std::vector<torch::lazy::Shape> compute_shape__pdist_backward(const at::Tensor & grad, const at::Tensor & self, double p, const at::Tensor & pdist);
 // clang-format on
 }  // namespace torch::lazy

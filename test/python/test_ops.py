@@ -201,6 +201,9 @@ CASES: dict[str, Case] = {
 
 
 CASES["pow.Scalar"] = Case(lambda a: 2.0**a, inputs(randn(5)), kernels=["pow"])
+# Not through OpInfo: median's entry also reduces the whole tensor, which
+# stays an eager fallback.
+CASES["median.dim"] = Case(lambda a: torch.median(a, 1), inputs(randn(3, 5)), kernels=["median"])
 # Not through OpInfo: its value tensor's gradient takes _unique, an eager
 # fallback; the gradient of self does not.
 CASES["index_fill.int_Scalar"] = Case(
