@@ -16,6 +16,7 @@
 
 #include "generated/LazyIr.h"
 #include "generated/LazyNativeFunctions.h"
+#include "ltc/config.h"
 #include "ops/device_checks.h"
 #include "ops/meta_tensors.h"
 
@@ -53,6 +54,25 @@ bool PerChannel(std::initializer_list<const std::optional<at::Tensor>*> tensors,
 
 bool Defined(const std::optional<at::Tensor>& tensor) {
   return tensor.has_value() && tensor->defined();
+}
+
+// The saved mean and inverse std as ATen's CPU kernel makes them, where the
+// meta kernel (and CUDA's) keeps them per channel in the computation dtype:
+// in the input's dtype, float where a half or bfloat16 input meets a float
+// parameter, and empty in eval mode, which saves none.
+torch::lazy::Shape CpuSavedStatistics(
+    const at::Tensor& input,
+    std::initializer_list<const std::optional<at::Tensor>*> parameters,
+    int64_t channels,
+    bool training) {
+  at::ScalarType type = input.scalar_type();
+  const bool reduced = type == at::kHalf || type == at::kBFloat16;
+  for (const std::optional<at::Tensor>* parameter : parameters) {
+    if (reduced && Defined(*parameter) && (*parameter)->scalar_type() == at::kFloat) {
+      type = at::kFloat;
+    }
+  }
+  return torch::lazy::Shape(type, {training ? channels : 0});
 }
 
 // The decompositions' statistics are kept in the input's computation dtype.
@@ -108,23 +128,28 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> LazyNativeFunctions::native_batch
   const auto var_value = ValueOf(running_var, *device);
   const auto shapes = [&] {
     const int64_t channels = input.dim() >= 2 ? input.size(1) : -1;
+    std::vector<torch::lazy::Shape> result_shapes;
     if (channels >= 0 && PerChannel({&weight, &bias, &running_mean, &running_var}, channels) &&
         (training || (Defined(running_mean) && Defined(running_var)))) {
       const torch::lazy::Shape statistics(ComputationType(input.scalar_type()), {channels});
-      return std::vector<torch::lazy::Shape>{
+      result_shapes = {
           torch::lazy::Shape(input.scalar_type(), input.sizes().vec()), statistics, statistics};
+    } else {
+      const auto [out, save_mean, save_invstd] = at::native_batch_norm(OnMeta(input),
+                                                                       OnMeta(weight),
+                                                                       OnMeta(bias),
+                                                                       OnMeta(running_mean),
+                                                                       OnMeta(running_var),
+                                                                       training,
+                                                                       momentum,
+                                                                       eps);
+      for (const at::Tensor& result : {out, save_mean, save_invstd}) {
+        result_shapes.emplace_back(result.scalar_type(), result.sizes().vec());
+      }
     }
-    const auto [out, save_mean, save_invstd] = at::native_batch_norm(OnMeta(input),
-                                                                     OnMeta(weight),
-                                                                     OnMeta(bias),
-                                                                     OnMeta(running_mean),
-                                                                     OnMeta(running_var),
-                                                                     training,
-                                                                     momentum,
-                                                                     eps);
-    std::vector<torch::lazy::Shape> result_shapes;
-    for (const at::Tensor& result : {out, save_mean, save_invstd}) {
-      result_shapes.emplace_back(result.scalar_type(), result.sizes().vec());
+    if (BackingDevice().is_cpu() && channels >= 0) {
+      result_shapes[1] = result_shapes[2] = CpuSavedStatistics(
+          input, {&weight, &bias, &running_mean, &running_var}, channels, training);
     }
     return result_shapes;
   };
