@@ -154,6 +154,34 @@ void Release(ProgramRun& run, BufferId id) {
   }
 }
 
+// A step's result must have the shape and dtype its IR node was given: the
+// traced tensors were described by them. A shape function (or a meta kernel
+// it runs) that disagrees with the kernel would otherwise give a tensor the
+// wrong shape, or fail a later step with a message about another op.
+void CheckStepOutput(
+    const Program& program, const Step& step, size_t index, size_t output, const at::Tensor& out) {
+  if (!out.defined()) {
+    return;
+  }
+  const BufferInfo& info = program.buffers[step.outputs[output]];
+  TORCH_CHECK(out.sizes() == c10::IntArrayRef(info.sizes) && out.scalar_type() == info.dtype,
+              "lazyfuse: ",
+              step.op,
+              " (step ",
+              index,
+              " of the graph) returned result ",
+              output,
+              " of shape ",
+              out.sizes(),
+              " and dtype ",
+              out.scalar_type(),
+              ", where its shape function gave ",
+              c10::IntArrayRef(info.sizes),
+              " and ",
+              info.dtype,
+              ". This is a lazyfuse bug: please report it.");
+}
+
 }  // namespace
 
 ProgramRun StartProgram(std::shared_ptr<const Program> program,
@@ -262,6 +290,7 @@ std::vector<at::Tensor> ContinueProgram(ProgramRun& run, const std::vector<bool>
                 " tensors, expected ",
                 step.outputs.size());
     for (size_t j = 0; j < outs.size(); ++j) {
+      CheckStepOutput(program, step, i, j, outs[j]);
       slots[step.outputs[j]] = std::move(outs[j]);
     }
     outs.clear();

@@ -162,6 +162,40 @@ TEST(ProgramTest, RejectsWrongParameterCount) {
   EXPECT_THROW(RunProgram(p, {at::ones({4})}), c10::Error);
 }
 
+// A kernel whose result disagrees with its node's shape function (a meta
+// kernel that gives a 1-d loss one dimension) is a lazyfuse bug, named at the
+// step, not a wrong shape handed to the user.
+TEST(ProgramTest, RejectsAStepResultOfAnotherShapeOrDtype) {
+  for (const at::Tensor& returned : {at::zeros({}), at::zeros({1}, at::kDouble)}) {
+    ProgramBuilder b;
+    BufferId p0 = b.AddParameter(at::kFloat, {4});
+    BufferId loss = b.AddBuffer(at::kFloat, {1});
+    b.AddStep(Step{"aten::multilabel_margin_loss_forward",
+                   "",
+                   StepKind::kOpaque,
+                   {p0},
+                   {},
+                   {loss},
+                   [returned](KernelArgs& args) -> std::vector<at::Tensor> {
+                     args.tensor();
+                     return {returned};
+                   }});
+    b.AddResult(loss);
+    Program p = b.Finish();
+    try {
+      RunProgram(p, {at::ones({4})});
+      ADD_FAILURE() << "a result of shape " << returned.sizes() << " was accepted";
+    } catch (const c10::Error& error) {
+      const std::string message = error.what();
+      EXPECT_NE(message.find("aten::multilabel_margin_loss_forward (step 0 of the graph)"),
+                std::string::npos)
+          << message;
+      EXPECT_NE(message.find("where its shape function gave [1] and Float"), std::string::npos)
+          << message;
+    }
+  }
+}
+
 TEST(ProgramTest, RejectsStepReadingUnknownBuffer) {
   ProgramBuilder b;
   EXPECT_THROW(b.AddStep(Step{"aten::neg", "", StepKind::kPointwise, {7}, {}, {}, AddFn()}),
