@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import random
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 import torch
@@ -348,23 +348,25 @@ def random_failing_graph(seed: int, fused: bool) -> list[str]:
     return problems
 
 
+def problems_by_seed(check: Callable[[int], list[str]], fused: bool) -> dict[int, list[str]]:
+    """`check(seed)` for 24 seeds, on ATen steps or CPU kernels, with buffer
+    donation off: with it a step may write over a value before the failure,
+    which then cannot be undone (test_donation.py covers that)."""
+    before = lazyfuse.config.donation()
+    lazyfuse.config.set_donation(False)
+    try:
+        with lazyfuse.config.kernel_settings_as(emulate_cuda=False, cpu_kernels=fused):
+            return {seed: found for seed in range(24) if (found := check(seed))}
+    finally:
+        lazyfuse.config.set_donation(before)
+
+
 @pytest.mark.parametrize("steps", ["aten", "fused"])
 def test_random_failing_graphs_undo_what_needs_the_failing_step(
     asynchronous: bool, steps: str
 ) -> None:
-    # Donation off: with it a step may write over a value before the failure,
-    # which then cannot be undone (test_donation.py covers that).
-    before = lazyfuse.config.donation()
-    lazyfuse.config.set_donation(False)
-    try:
-        with lazyfuse.config.kernel_settings_as(emulate_cuda=False, cpu_kernels=steps == "fused"):
-            problems = {
-                seed: found
-                for seed in range(24)
-                if (found := random_failing_graph(seed, fused=steps == "fused"))
-            }
-    finally:
-        lazyfuse.config.set_donation(before)
+    fused = steps == "fused"
+    problems = problems_by_seed(lambda seed: random_failing_graph(seed, fused=fused), fused)
     assert not problems, problems
 
 

@@ -19,7 +19,7 @@ import torch
 
 import lazyfuse
 from conftest import FAILS_ON_VALUES_ON_THE_CPU_ONLY
-from test_failed_step_reads import trace_around_a_failing_step
+from test_failed_step_reads import problems_by_seed, trace_around_a_failing_step
 
 pytestmark = FAILS_ON_VALUES_ON_THE_CPU_ONLY
 
@@ -99,20 +99,6 @@ def random_work_traced_on_a_failed_graph(seed: int) -> list[str]:
 def test_random_work_traced_on_a_failed_graph_reads_what_its_inputs_allow(
     execution: str, steps: str
 ) -> None:
-    # Donation off, as in test_failed_step_reads.py: with it a step may write
-    # over a value before the failure, which then cannot be undone.
-    before = lazyfuse.config.donation()
-    lazyfuse.config.set_donation(False)
-    try:
-        with lazyfuse.config.async_execution_as(execution == "async"):
-            with lazyfuse.config.kernel_settings_as(
-                emulate_cuda=False, cpu_kernels=steps == "fused"
-            ):
-                problems = {
-                    seed: found
-                    for seed in range(24)
-                    if (found := random_work_traced_on_a_failed_graph(seed))
-                }
-    finally:
-        lazyfuse.config.set_donation(before)
+    with lazyfuse.config.async_execution_as(execution == "async"):
+        problems = problems_by_seed(random_work_traced_on_a_failed_graph, steps == "fused")
     assert not problems, problems
