@@ -122,6 +122,17 @@ bool NeedsFunctionalizedComposite(const c10::OperatorHandle& op) {
          !op.hasKernelForDispatchKey(c10::DispatchKey::Lazy);
 }
 
+// A bare lazy tensor has no storage, and LTC leaves it a null one, which a
+// composite reading its size dereferences (_has_same_storage_numel's did).
+// Marked, a read raises, and the op runs as one that cannot run here does.
+void ThrowOnStorageAccess(const at::Tensor& tensor) {
+  if (tensor.defined() && tensor.device().is_lazy() && !tensor.has_storage() &&
+      !at::functionalization::impl::isFunctionalTensor(tensor)) {
+    tensor.unsafeGetTensorImpl()->release_storage_and_set_meta_custom_data_ptr_error_msg_(
+        std::nullopt);
+  }
+}
+
 // The Lazy kernel of an aten op in Note [aten composites on bare lazy
 // tensors]: its composite runs as it would without this kernel until the
 // op shows it cannot, then the way that works from then on.
@@ -135,6 +146,12 @@ class AtenComposite final : public c10::OperatorKernel {
     }
     const size_t begin = stack->size() - op.schema().arguments().size();
     const std::vector<c10::IValue> arguments(stack->begin() + begin, stack->end());
+    for (auto it = stack->begin() + begin; it != stack->end(); ++it) {
+      AnyTensorIn(*it, [](const at::Tensor& tensor) {
+        ThrowOnStorageAccess(tensor);
+        return false;
+      });
+    }
     const size_t refused = t_views_refused;
     try {
       c10::Dispatcher::singleton().callBoxedForDispatchKey(
@@ -176,9 +193,9 @@ class AtenComposite final : public c10::OperatorKernel {
 // _pack_padded_sequence transpose or narrow their input); such an op runs
 // with functionalization re-applied once it has shown that. Others are
 // backend kernels in all but name: they call a CPU or CUDA kernel directly
-// (kaiser_window), resize a view (fft_fftfreq) or read a tensor's address
-// (_grouped_mm's alignment check); such an op falls back to eager, as an op
-// without a lowering does. Pointwise composites only wrap a scalar, and
+// (kaiser_window), resize a view (fft_fftfreq), read a tensor's address
+// (_grouped_mm's alignment check) or its storage; such an op falls back to
+// eager, as an op without a lowering does. Pointwise composites only wrap a scalar, and
 // random ones are ops/random.cpp's, so neither is wrapped.
 bool NeedsAtenComposite(const c10::OperatorHandle& op) {
   const auto name_space = op.operator_name().getNamespace();

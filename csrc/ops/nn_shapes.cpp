@@ -1,7 +1,7 @@
 // Shapes of nn ops with no shape function in torch: 3-d max pooling and
 // unpooling, the reflection and replication paddings ATen does not
-// structure, PReLU's kernels, the margin losses, 3-d grid sampling, pixel and
-// channel shuffles, and im2col/col2im (F.unfold and F.fold). Each runs its meta kernel on meta
+// structure, PReLU's kernels, glu's forward-AD kernels, the margin losses, 3-d grid sampling, pixel
+// and channel shuffles, and im2col/col2im (F.unfold and F.fold). Each runs its meta kernel on meta
 // stand-ins of its inputs, so shapes, dtypes and argument errors are eager's; a backward with no
 // meta kernel returns its input's shape, as ATen's do.
 
@@ -125,6 +125,24 @@ std::vector<Shape> compute_shape_multilabel_margin_loss_backward(const at::Tenso
                                                                  int64_t /*reduction*/,
                                                                  const at::Tensor& /*is_target*/) {
   return {ShapeOf(self)};
+}
+
+// glu's forward-AD kernels have no meta kernel; ATen's CPU and CUDA ones
+// make their result like glu's output, and like grad_x for the backward.
+std::vector<Shape> compute_shape_glu_jvp(const at::Tensor& glu,
+                                         const at::Tensor& /*x*/,
+                                         const at::Tensor& /*dx*/,
+                                         int64_t /*dim*/) {
+  return {ShapeOf(glu)};
+}
+
+std::vector<Shape> compute_shape_glu_backward_jvp(const at::Tensor& grad_x,
+                                                  const at::Tensor& /*grad_glu*/,
+                                                  const at::Tensor& /*x*/,
+                                                  const at::Tensor& /*dgrad_glu*/,
+                                                  const at::Tensor& /*dx*/,
+                                                  int64_t /*dim*/) {
+  return {ShapeOf(grad_x)};
 }
 
 std::vector<Shape> compute_shape_soft_margin_loss(const at::Tensor& self,
