@@ -69,8 +69,18 @@ _C._set_library_dirs(
     )
 )
 
-# module_conversion: imported for what it sets, Module.to()'s way with lazy tensors.
-from lazyfuse import amp, config, debug, distributed, metrics, module_conversion, optim  # noqa: E402, F401
+# module_conversion and fx_tracing: imported for what they set, Module.to()'s
+# way with lazy tensors and make_fx's refusal of them.
+from lazyfuse import (  # noqa: E402, F401
+    amp,
+    config,
+    debug,
+    distributed,
+    fx_tracing,
+    metrics,
+    module_conversion,
+    optim,
+)
 from lazyfuse import replay as replay_module  # noqa: E402
 from lazyfuse.amp import autocast  # noqa: E402
 

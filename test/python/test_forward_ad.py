@@ -14,6 +14,7 @@ import torch
 import torch.autograd.forward_ad as fwAD
 import torch.nn.functional as F
 from torch import func
+from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 import lazyfuse
@@ -74,6 +75,25 @@ def test_forward_ad_matches_eager(name: str) -> None:
     fn, args = CASES[name]
     assert_matches_eager(fn, *args, check_grad=False)
     assert lazyfuse.metrics.fallback_counts() == {}
+
+
+@pytest.mark.parametrize(
+    "trace",
+    [
+        lambda x: make_fx(lambda t: t.cos() * 2)(x),
+        lambda x: func.linearize(lambda t: t.cos() * 2, x),
+    ],
+    ids=["make_fx", "linearize"],
+)
+def test_make_fx_refuses_lazy_tensors_instead_of_freezing_them(
+    trace: Callable[[torch.Tensor], object], lazy: torch.device
+) -> None:
+    # It traced lazy tensors' ops as constants: the graph ignored its inputs.
+    with pytest.raises(RuntimeError, match="make_fx cannot trace lazy tensors"):
+        trace(torch.randn(3, 2).to(lazy))
+    graph = make_fx(lambda t: t.cos() * 2)(torch.randn(3, 2))  # CPU tensors still trace
+    x = torch.randn(3, 2)
+    torch.testing.assert_close(graph(x), x.cos() * 2)
 
 
 def test_the_copy_on_write_clone_is_a_clone(lazy: torch.device) -> None:
