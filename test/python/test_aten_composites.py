@@ -155,3 +155,27 @@ def test_every_functional_aten_composite_has_a_lazy_kernel() -> None:
     names = [n for n in torch._C._dispatch_get_all_op_names() if n.startswith("aten::")]
     uncovered = [name for name in names if not _is_covered(name)]
     assert uncovered == []
+
+
+def test_a_composite_reading_a_lazy_tensors_storage_raises_instead_of_crashing(
+    lazy: torch.device,
+) -> None:
+    """LTC leaves a bare lazy tensor's storage null: a C++ composite that read
+    its size crashed the process (forward AD's _has_same_storage_numel did,
+    before it had a lazy kernel). Its arguments' storage now raises on access,
+    as a tensor without storage does; a Python one shows it."""
+    library = torch.library.Library("aten", "FRAGMENT")
+    try:
+        library.define("_lazyfuse_test_storage_bytes(Tensor self) -> Tensor")
+        library.impl(
+            "_lazyfuse_test_storage_bytes",
+            lambda t: t * 0 + t.untyped_storage().nbytes(),
+            "CompositeExplicitAutograd",
+        )
+        op = torch.ops.aten._lazyfuse_test_storage_bytes
+        torch.testing.assert_close(op(torch.ones(3)), torch.full((3,), 12.0))
+        with pytest.raises(NotImplementedError, match="Cannot access storage"):
+            op(torch.ones(3).to(lazy) * 2)
+        torch.testing.assert_close((torch.ones(3).to(lazy) * 2).cpu(), torch.full((3,), 2.0))
+    finally:
+        library._destroy()
