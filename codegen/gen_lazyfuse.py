@@ -461,6 +461,12 @@ class GenLazyFuseNativeFuncDefinition(GenLazyNativeFuncDefinition):
         built from the same operands and attributes, already checked."""
         code = COPY_ON_META.sub(_view_on_meta, super().shape_inference(func, schema))
         metadata = self.backend_index.get_kernel(func)
+        if metadata is not None and metadata.kernel in SHAPE_OVERRIDES:
+            code = code.replace(
+                f"torch::lazy::compute_shape_{metadata.kernel}(",
+                f"lazyfuse::compute_shape_{metadata.kernel}(",
+                1,
+            )
         if metadata is None or metadata.kernel not in ARGUMENT_CHECKS:
             return code
         shape_call = ComputeShapeSignature(
@@ -554,6 +560,24 @@ def validate_with_torch_header(extra_hdr: str) -> Callable[[str, list[str]], Non
 ARGUMENT_CHECKS: set[str] = set()
 ARGUMENT_CHECK_DECL = re.compile(r"^void check_arguments_(\w+)\(", re.MULTILINE)
 
+# The kernels whose torch::lazy::compute_shape_<kernel> is replaced by
+# lazyfuse::compute_shape_<kernel>, declared in ops/shape_inference.h's
+# lazyfuse namespace: torch's is wrong for arguments eager accepts.
+SHAPE_OVERRIDES: set[str] = set()
+SHAPE_OVERRIDE_DECL = re.compile(
+    r"^std::vector<torch::lazy::Shape> compute_shape_(\w+)\(", re.MULTILINE
+)
+
+
+def shape_overrides(header_text: str) -> set[str]:
+    """The compute_shape_* functions declared in the header's lazyfuse
+    namespace."""
+    start = header_text.find("namespace lazyfuse {")
+    if start < 0:
+        return set()
+    end = header_text.find("}  // namespace lazyfuse", start)
+    return set(SHAPE_OVERRIDE_DECL.findall(header_text[start : end if end >= 0 else None]))
+
 
 DEFINITION_START = re.compile(r"^    \S.*\bLazyNativeFunctions::\w+\(")
 
@@ -588,6 +612,7 @@ def main() -> None:
     ARGUMENT_CHECKS.update(
         ARGUMENT_CHECK_DECL.findall(Path(options.argument_checks_hdr).read_text())
     )
+    SHAPE_OVERRIDES.update(shape_overrides(Path(options.shape_inference_hdr).read_text()))
 
     import torch  # noqa: F401  (validate_with_torch_header finds torch's header)
 

@@ -1,4 +1,5 @@
-// Shapes of nn ops with no shape function in torch: 3-d max pooling and
+// Shapes of nn ops with no shape function in torch, or a wrong one
+// (convolution_backward's, replaced in the lazyfuse namespace): 3-d max pooling and
 // unpooling, the reflection and replication paddings ATen does not
 // structure, PReLU's kernels, glu's forward-AD kernels, the margin losses, 3-d grid sampling, pixel
 // and channel shuffles, and im2col/col2im (F.unfold and F.fold). Each runs its meta kernel on meta
@@ -228,3 +229,28 @@ std::vector<Shape> compute_shape_col2im(const at::Tensor& self,
 }
 
 }  // namespace torch::lazy
+
+namespace lazyfuse {
+
+std::vector<torch::lazy::Shape> compute_shape_convolution_backward(
+    const at::Tensor& grad_output,
+    const at::Tensor& input,
+    const at::Tensor& weight,
+    at::OptionalIntArrayRef bias_sizes,
+    at::IntArrayRef /*stride*/,
+    at::IntArrayRef /*padding*/,
+    at::IntArrayRef /*dilation*/,
+    bool /*transposed*/,
+    at::IntArrayRef /*output_padding*/,
+    int64_t /*groups*/,
+    std::array<bool, 3> /*output_mask*/) {
+  // Without bias_sizes ATen sums grad_output over every dimension but the
+  // channels' for the bias gradient.
+  const std::vector<int64_t> bias =
+      bias_sizes.has_value() ? bias_sizes->vec() : std::vector<int64_t>{grad_output.size(1)};
+  return {torch::lazy::Shape(input.scalar_type(), input.sizes().vec()),
+          torch::lazy::Shape(weight.scalar_type(), weight.sizes().vec()),
+          torch::lazy::Shape(grad_output.scalar_type(), bias)};
+}
+
+}  // namespace lazyfuse

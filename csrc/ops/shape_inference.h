@@ -7,6 +7,9 @@
 
 #include <torch/csrc/lazy/core/shape_inference.h>
 
+#include <array>
+#include <vector>
+
 namespace torch::lazy {
 // clang-format off
 TORCH_API std::vector<torch::lazy::Shape> compute_shape_where(const at::Tensor & condition, const at::Tensor & self, const at::Tensor & other);
@@ -87,3 +90,23 @@ TORCH_API std::vector<torch::lazy::Shape> compute_shape__pdist_forward(const at:
 TORCH_API std::vector<torch::lazy::Shape> compute_shape__pdist_backward(const at::Tensor & grad, const at::Tensor & self, double p, const at::Tensor & pdist);
 // clang-format on
 }  // namespace torch::lazy
+
+// Shapes that replace torch's own compute_shape_<op> where it is wrong for
+// arguments eager accepts: codegen/gen_lazyfuse.py has the generated kernel
+// call lazyfuse::compute_shape_<op> instead.
+namespace lazyfuse {
+// torch's gives two shapes when bias_sizes is absent (functorch's batching
+// rule and jacrev through a convolution pass none), for a node of three.
+std::vector<torch::lazy::Shape> compute_shape_convolution_backward(
+    const at::Tensor& grad_output,
+    const at::Tensor& input,
+    const at::Tensor& weight,
+    at::OptionalIntArrayRef bias_sizes,
+    at::IntArrayRef stride,
+    at::IntArrayRef padding,
+    at::IntArrayRef dilation,
+    bool transposed,
+    at::IntArrayRef output_padding,
+    int64_t groups,
+    std::array<bool, 3> output_mask);
+}  // namespace lazyfuse

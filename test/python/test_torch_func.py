@@ -1,8 +1,11 @@
-"""Forward-mode AD on lazy tensors (torch.func.jvp, jacfwd, hessian,
-torch.autograd.forward_ad), against eager. Autograd asks whether a tangent
-has its primal's layout through ops whose only kernels read a tensor's
-storage, which a lazy tensor has none of; each such call used to crash the
-process."""
+"""torch.func and forward-mode AD on lazy tensors (jvp, jacfwd, hessian,
+vmap over grad, torch.autograd.forward_ad), against eager.
+
+Forward AD asks whether a tangent has its primal's layout through ops whose
+only kernels read a tensor's storage, which a lazy tensor has none of; each
+such call used to crash the process. functorch's batching rules call
+convolution_backward without bias sizes, where torch's own shape function
+gave the node too few shapes."""
 
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ import pytest
 import torch
 import torch.autograd.forward_ad as fwAD
 import torch.nn.functional as F
-from torch import func
+from torch import func, nn
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
@@ -60,13 +63,47 @@ def _dual_copied_into_a_base(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Te
         return fwAD.unpack_dual(view).tangent, fwAD.unpack_dual(base.mul_(2)).tangent
 
 
-CASES: dict[str, tuple[Callable[..., object], tuple[torch.Tensor, ...]]] = {
+class SmallCNN(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(1, 4, 3)
+        self.linear = nn.Linear(4 * 6 * 6, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear(F.relu(self.conv(x)).flatten(1))
+
+
+def _per_sample_gradients(
+    model: nn.Module, x: torch.Tensor, y: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    params = {name: p.detach() for name, p in model.named_parameters()}
+
+    def loss(p: dict[str, torch.Tensor], xi: torch.Tensor, yi: torch.Tensor) -> torch.Tensor:
+        out = func.functional_call(model, p, (xi.unsqueeze(0),))
+        return F.cross_entropy(out, yi.unsqueeze(0))
+
+    return func.vmap(func.grad(loss), in_dims=(None, 0, 0))(params, x, y)
+
+
+def _jacrev_through_a_convolution(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    return func.jacrev(model)(x)
+
+
+CASES: dict[str, tuple[Callable[..., object], tuple[object, ...]]] = {
     "jvp": (_jvp_tanh_matmul, (torch.randn(3, 4), torch.randn(4, 5))),
     "jacfwd": (_jacfwd, (torch.randn(5),)),
     "hessian": (_hessian, (torch.randn(4),)),
     "dual_through_a_model": (_dual_through_a_model, (torch.randn(2, 4), torch.randn(3, 4))),
     "dual_copied_into_a_view": (_dual_copied_into_a_view, (torch.randn(3, 4), torch.randn(4))),
     "dual_copied_into_a_base": (_dual_copied_into_a_base, (torch.randn(3, 4), torch.randn(2))),
+    "per_sample_gradients": (
+        _per_sample_gradients,
+        (SmallCNN(), torch.randn(5, 1, 8, 8), torch.randint(0, 3, (5,))),
+    ),
+    "jacrev_through_a_convolution": (
+        _jacrev_through_a_convolution,
+        (SmallCNN(), torch.randn(2, 1, 8, 8)),
+    ),
 }
 
 
