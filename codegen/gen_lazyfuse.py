@@ -184,6 +184,13 @@ def executed_op(op_name: str, unambiguous: str) -> str:
     return unambiguous
 
 
+def reads_contiguous(op_name: str) -> bool:
+    """An ATen backward step takes its tensors contiguous (KernelArgs::
+    ReadContiguous): its kernel may read what its forward made as laid out
+    contiguously, where a lazy clone() that ensured it records nothing."""
+    return "_backward" in op_name.partition(".")[0] and step_kind(op_name) == "kOpaque"
+
+
 def is_tensor_list(arg: LazyArgument) -> bool:
     # torchgen tells a TensorList value from a Tensor value by object identity.
     return isinstance(arg.lazy_type, BaseCType) and arg.lazy_type.type is tensorListValueT
@@ -255,6 +262,8 @@ class GenLazyFuseIR(GenLazyIR):
                 captures.append(f"const auto {local} = this->{arg.name};")
                 call_args.append(dispatcher_arg(str(arg.orig_type), local))
                 attrs.append(f'{{"{arg.name}", lazyfuse::ToAttr({local})}}')
+        if reads_contiguous(op_name):
+            reads.insert(0, "args.ReadContiguous();")
         aten_op = executed_op(op_name, schema.func.name.unambiguous_name())
         into_call = None
         pointwise = step_kind(op_name) == "kPointwise"

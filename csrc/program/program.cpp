@@ -140,9 +140,9 @@ at::Tensor KernelArgs::OnDevice(const at::Tensor& tensor) const {
   // it would promote as a 0-dim tensor (int_tensor + 2.5 in double).
   if (device_.is_cpu() || !tensor.defined() || !tensor.is_cpu() ||
       tensor.unsafeGetTensorImpl()->is_wrapped_number()) {
-    return tensor;
+    return contiguous_ && tensor.defined() ? tensor.contiguous() : tensor;
   }
-  return tensor.to(device_);
+  return contiguous_ ? tensor.to(device_).contiguous() : tensor.to(device_);
 }
 
 const at::Tensor& KernelArgs::Next() {

@@ -95,6 +95,14 @@ class KernelArgs {
   // scatter's own call must run (and raise).
   at::Tensor InputToWriteInto(size_t input);
   bool ScatterInto(size_t input, const at::Tensor& view, const at::Tensor& src);
+  // Every tensor the step reads from here on comes contiguous. ATen's
+  // backward kernels may read a tensor their forward made (layer and group
+  // norm's mean and rstd) as laid out contiguously; callers that could hand
+  // them a view make sure with clone() or contiguous(), which on lazy
+  // tensors records nothing, so a view that runs as an alias reached them.
+  void ReadContiguous() {
+    contiguous_ = true;
+  }
 
  private:
   const at::Tensor& Next();
@@ -110,6 +118,7 @@ class KernelArgs {
   std::vector<BufferId>* overwritten_ = nullptr;
   size_t next_input_ = 0;
   size_t next_operand_ = 0;
+  bool contiguous_ = false;
 };
 
 // Whether a result may be written over `tensor` element for element: it is

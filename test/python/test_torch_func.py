@@ -89,6 +89,12 @@ def _jacrev_through_a_convolution(model: nn.Module, x: torch.Tensor) -> torch.Te
     return func.jacrev(model)(x)
 
 
+def _jacrev_through_norms(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    layer = func.jacrev(lambda t: F.layer_norm(t, (6,)))(x)
+    group = func.jacrev(lambda t: F.group_norm(t, 2))(x.reshape(2, 2, 3))
+    return layer, group
+
+
 CASES: dict[str, tuple[Callable[..., object], tuple[object, ...]]] = {
     "jvp": (_jvp_tanh_matmul, (torch.randn(3, 4), torch.randn(4, 5))),
     "jacfwd": (_jacfwd, (torch.randn(5),)),
@@ -104,6 +110,10 @@ CASES: dict[str, tuple[Callable[..., object], tuple[object, ...]]] = {
         _jacrev_through_a_convolution,
         (SmallCNN(), torch.randn(2, 1, 8, 8)),
     ),
+    # vmap's batch rule for the norms' backward expands and clones their
+    # statistics; a lazy clone records nothing, so the expanded alias reached
+    # ATen's kernel, which reads them as contiguous memory.
+    "jacrev_through_norms": (_jacrev_through_norms, (torch.randn(2, 6),)),
 }
 
 
@@ -131,6 +141,49 @@ def test_make_fx_refuses_lazy_tensors_instead_of_freezing_them(
     graph = make_fx(lambda t: t.cos() * 2)(torch.randn(3, 2))  # CPU tensors still trace
     x = torch.randn(3, 2)
     torch.testing.assert_close(graph(x), x.cos() * 2)
+
+
+def _norm_backwards_on_views(
+    x: torch.Tensor, grad: torch.Tensor, weight: torch.Tensor
+) -> tuple[torch.Tensor, ...]:
+    # Statistics as expanded views, cloned as a caller of these kernels
+    # (functorch's batch rule) does to make them contiguous.
+    _, mean, rstd = torch.ops.aten.native_layer_norm(x, [6], weight, None, 1e-5)
+    layer = torch.ops.aten.native_layer_norm_backward(
+        grad,
+        x.expand(3, 4, 6).clone(),
+        [6],
+        mean.expand(3, 4, 1).clone(),
+        rstd.expand(3, 4, 1).clone(),
+        weight,
+        None,
+        [True, True, False],
+    )
+    flat = x.reshape(4, 2, 3)
+    _, g_mean, g_rstd = torch.ops.aten.native_group_norm(flat, None, None, 4, 2, 3, 2, 1e-5)
+    group = torch.ops.aten.native_group_norm_backward(
+        grad[0].reshape(4, 2, 3),
+        flat,
+        g_mean[:1].expand(4, 2).clone(),
+        g_rstd[:1].expand(4, 2).clone(),
+        None,
+        4,
+        2,
+        3,
+        2,
+        [True, False, False],
+    )
+    return layer[0], layer[1], group[0]
+
+
+def test_norm_backward_kernels_read_their_statistics_as_laid_out() -> None:
+    assert_matches_eager(
+        _norm_backwards_on_views,
+        torch.randn(4, 6),
+        torch.randn(3, 4, 6),
+        torch.randn(6),
+        check_grad=False,
+    )
 
 
 def test_the_copy_on_write_clone_is_a_clone(lazy: torch.device) -> None:
