@@ -206,6 +206,20 @@ CASES["pow.Scalar"] = Case(lambda a: 2.0**a, inputs(randn(5)), kernels=["pow"])
 CASES["median.dim"] = Case(lambda a: torch.median(a, 1), inputs(randn(3, 5)), kernels=["median"])
 # Not through OpInfo: its value tensor's gradient takes _unique, an eager
 # fallback; the gradient of self does not.
+# Forward AD's kernels for glu and its backward, as their formulas call them
+# (torch.func.jvp of glu, and of its gradient).
+CASES["glu_jvp"] = Case(
+    lambda x, dx: torch.ops.aten.glu_jvp(F.glu(x, 1), x, dx, 1),
+    inputs(randn(3, 4), randn(3, 4)),
+    grad=False,
+)
+CASES["glu_backward_jvp"] = Case(
+    lambda x, g, dg, dx: torch.ops.aten.glu_backward_jvp(
+        torch.ops.aten.glu_backward(g, x, 1), g, x, dg, dx, 1
+    ),
+    inputs(randn(3, 4), randn(3, 2), randn(3, 2), randn(3, 4)),
+    grad=False,
+)
 CASES["index_fill.int_Scalar"] = Case(
     lambda a: a.index_fill(1, torch.tensor([0, 2]).to(a.device), -1.5), inputs(randn(3, 4))
 )
