@@ -46,3 +46,11 @@ def test_validation_names_what_is_missing(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="Missing shape inference function") as raised:
         validate("", [missing])
     assert missing in str(raised.value) and str(header) in str(raised.value)
+
+
+def test_shape_overrides_are_read_from_the_lazyfuse_namespace_only() -> None:
+    header = Path(__file__).resolve().parents[2] / "csrc" / "ops" / "shape_inference.h"
+    overrides = gen_lazyfuse.shape_overrides(header.read_text())
+    assert "convolution_backward" in overrides
+    # torch::lazy's declarations (ours or torch's) are never overrides.
+    assert "kthvalue" not in overrides and "where" not in overrides
