@@ -146,16 +146,22 @@ class AtenComposite final : public c10::OperatorKernel {
     }
     const size_t begin = stack->size() - op.schema().arguments().size();
     const std::vector<c10::IValue> arguments(stack->begin() + begin, stack->end());
-    for (auto it = stack->begin() + begin; it != stack->end(); ++it) {
-      AnyTensorIn(*it, [](const at::Tensor& tensor) {
-        ThrowOnStorageAccess(tensor);
-        return false;
-      });
+    // Only until the composite has run once: a kernel that reads storage
+    // does on every call, and marking costs an allocation per tensor, on the
+    // hot path of ops such as the optimizers' _foreach_* ones.
+    if (!ran_.load(std::memory_order_relaxed)) {
+      for (auto it = stack->begin() + begin; it != stack->end(); ++it) {
+        AnyTensorIn(*it, [](const at::Tensor& tensor) {
+          ThrowOnStorageAccess(tensor);
+          return false;
+        });
+      }
     }
     const size_t refused = t_views_refused;
     try {
       c10::Dispatcher::singleton().callBoxedForDispatchKey(
           op, c10::DispatchKey::CompositeExplicitAutograd, stack);
+      ran_.store(true, std::memory_order_relaxed);
       return;
     } catch (const c10::Error&) {
     }
@@ -183,6 +189,7 @@ class AtenComposite final : public c10::OperatorKernel {
   }
 
   std::atomic<Way> way_{Way::kComposite};
+  std::atomic<bool> ran_{false};
 };
 
 // Note [aten composites on bare lazy tensors]: an aten op without a lazy
