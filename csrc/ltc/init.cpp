@@ -20,6 +20,7 @@
 #include "ops/fused_optimizer_updates.h"
 #include "ops/host_arguments.h"
 #include "ops/inplace_updates.h"
+#include "ops/repeating_views.h"
 #include "ops/write_records.h"
 #include "program/compile_log.h"
 #include "runtime/cpu/stream.h"
@@ -69,7 +70,8 @@ void InitLazyFuseBackend() {
     RegisterFunctionalizedComposites();
     RegisterInplaceUpdates();
     RegisterFusedOptimizerUpdates();
-    RegisterWriteRecords();  // last: it covers the writing ops left without an AutogradLazy kernel
+    RegisterWriteRecords();         // it covers the writing ops left without an AutogradLazy kernel
+    RegisterRepeatingViewChecks();  // last: it wraps every Functionalize kernel of a writing op
     SetCallSiteFunction(&UserCallSite);
   });
 }

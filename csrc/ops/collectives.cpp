@@ -154,10 +154,11 @@ torch::lazy::Shape FunctionalOutput(const std::string& op,
 }
 
 // Gives `tensor` (functional or bare) the new lazy value `value`.
-void Assign(const at::Tensor& tensor, const torch::lazy::Value& value) {
+void Assign(const std::string& op, const at::Tensor& tensor, const torch::lazy::Value& value) {
   if (at::functionalization::impl::isFunctionalTensor(tensor)) {
     const at::Tensor inner = FromFunctional(tensor);
-    TakeWrittenValue(tensor,
+    TakeWrittenValue(op,
+                     tensor,
                      torch::lazy::CreateAtenFromLtcTensor(torch::lazy::LazyTensor::Create(
                          value, torch::lazy::TryGetLtcTensor(inner)->GetDevice())));
   } else {
@@ -284,7 +285,7 @@ void RecordCollective(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     return;
   }
   for (size_t k = 0; k < written.size(); ++k) {
-    Assign(written[k], torch::lazy::Value(node, k));
+    Assign(name, written[k], torch::lazy::Value(node, k));
   }
   // The op returns its first argument (the tensors it wrote) and a Work.
   const c10::IValue result = (*stack)[begin];

@@ -10,6 +10,8 @@
 #include <string>
 
 #include "ops/functional_tensors.h"
+#include "ops/kernel_override.h"
+#include "ops/repeating_views.h"
 
 namespace lazyfuse {
 namespace {
@@ -25,6 +27,7 @@ void Copy(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::S
   const size_t begin = stack->size() - 3;
   const at::Tensor self = (*stack)[begin].toTensor();
   const at::Tensor src = (*stack)[begin + 1].toTensor();
+  CheckWriteTarget("aten::copy_", self);
   if (!at::functionalization::impl::isFunctionalTensor(self) &&
       at::functionalization::impl::isFunctionalTensor(src) && src.device().is_lazy()) {
     // As functionalization does for XLA: unwrap the source, copy below.
@@ -36,22 +39,6 @@ void Copy(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::S
   FunctionalizationCopy()->callBoxed(op, keys, stack);
   SyncBaseOfWrittenView(self);
 }
-
-// The dispatcher warns when a kernel replaces another; this replacement is
-// deliberate and keeps the old kernel for every other case, so the warning
-// would only alarm users at import.
-class DropOverrideWarning : public c10::WarningHandler {
- public:
-  explicit DropOverrideWarning(c10::WarningHandler* next) : next_(next) {}
-  void process(const c10::Warning& warning) override {
-    if (warning.msg().find("Overriding a previously registered kernel") == std::string::npos) {
-      next_->process(warning);
-    }
-  }
-
- private:
-  c10::WarningHandler* next_;
-};
 
 }  // namespace
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "ltc/prior_values.h"
+#include "ops/repeating_views.h"
 
 namespace lazyfuse {
 
@@ -130,6 +131,18 @@ inline bool AutogradRecords(const torch::jit::Stack& stack, size_t num_arguments
   return false;
 }
 
+// The arguments a schema writes (`Tensor(a!)`).
+inline std::vector<size_t> WrittenArguments(const c10::FunctionSchema& schema) {
+  std::vector<size_t> written;
+  for (size_t i = 0; i < schema.arguments().size(); ++i) {
+    const auto* alias = schema.arguments()[i].alias_info();
+    if (alias != nullptr && alias->isWrite()) {
+      written.push_back(i);
+    }
+  }
+  return written;
+}
+
 // Ops whose in-place form may legitimately change the tensor's shape.
 inline bool ChangesShape(const std::string& name) {
   return name == "aten::resize_" || name == "aten::resize_as_" || name == "aten::set_";
@@ -172,7 +185,11 @@ inline void SyncBaseOfWrittenView(const at::Tensor& written) {
 
 // What functionalization does once an op has written a functional tensor:
 // it takes `value`, and its base and the views of that base see the write.
-inline void TakeWrittenValue(const at::Tensor& functional, const at::Tensor& value) {
+// `writer`, the op, is named if the tensor is a view that cannot be written.
+inline void TakeWrittenValue(const std::string& writer,
+                             const at::Tensor& functional,
+                             const at::Tensor& value) {
+  CheckWriteTarget(writer, functional);
   const at::Tensor before = HeldValue(functional);
   at::functionalization::impl::replace_(functional, value);
   at::functionalization::impl::commit_update(functional);

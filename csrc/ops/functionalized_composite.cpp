@@ -241,6 +241,7 @@ void FunctionalizeWritingOp(const c10::OperatorHandle& op, torch::jit::Stack* st
       });
     }
   }
+  CheckWriteTargets(schema.name(), wrappers);
   for (const at::Tensor& wrapper : wrappers) {
     if (wrapper.defined()) {
       torch::autograd::impl::bump_version(wrapper);  // as ADInplaceOrView would
@@ -269,7 +270,7 @@ void FunctionalizeWritingOp(const c10::OperatorHandle& op, torch::jit::Stack* st
   }
   for (size_t k = 0; k < wrappers.size(); ++k) {
     if (wrappers[k].defined() && at::functionalization::impl::isFunctionalTensor(wrappers[k])) {
-      TakeWrittenValue(wrappers[k], inner[k]);
+      TakeWrittenValue(schema.name(), wrappers[k], inner[k]);
     }
   }
   const size_t num_returns = schema.returns().size();

@@ -46,6 +46,7 @@ class FusedListUpdate final : public c10::OperatorKernel {
                     "' must all be lazy tensors, as the other arguments' are; got one on ",
                     target.defined() ? target.device().str() : std::string("no device"));
       }
+      CheckWriteTargets(op.schema().name(), targets.back());
     }
     for (size_t i = first; i < stack->size(); ++i) {
       ForEachTensorIn((*stack)[i], FromFunctional);
@@ -70,7 +71,7 @@ class FusedListUpdate final : public c10::OperatorKernel {
                   "'");
       for (size_t j = 0; j < values.size(); ++j) {
         torch::autograd::impl::bump_version(targets[k][j]);
-        TakeWrittenValue(targets[k][j], values[j]);
+        TakeWrittenValue(op.schema().name(), targets[k][j], values[j]);
       }
     }
   }

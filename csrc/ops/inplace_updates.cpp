@@ -102,7 +102,7 @@ class InplaceUpdate final : public c10::OperatorKernel {
       // anything is written.
       torch::autograd::impl::bump_version(self);
     }
-    TakeWrittenValue(self, result);
+    TakeWrittenValue(op.schema().name(), self, result);
     torch::jit::push(*stack, self);
   }
 

@@ -125,6 +125,7 @@ void RunEagerly(const c10::OperatorHandle& op,
       eager_outs.push_back(out);
     }
   }
+  CheckWriteTargets(op.schema().name(), lazy_outs);
   try {
     op.callBoxed(&eager);
   } catch (const std::exception& error) {
@@ -132,7 +133,8 @@ void RunEagerly(const c10::OperatorHandle& op,
   }
   for (size_t k = 0; k < lazy_outs.size(); ++k) {
     // As functionalization writes an out= result: resized, if eager resized it.
-    TakeWrittenValue(lazy_outs[k], FromFunctional(eager_outs[k].to(lazy_outs[k].device())));
+    TakeWrittenValue(
+        op.schema().name(), lazy_outs[k], FromFunctional(eager_outs[k].to(lazy_outs[k].device())));
   }
   torch::jit::drop(*stack, num_arguments);
   for (size_t r = 0; r < op.schema().returns().size(); ++r) {
@@ -304,8 +306,9 @@ void OutCall::RunFunctionalHere(const c10::OperatorHandle& op,
               " tensors for ",
               outs.size(),
               " out tensors");
+  CheckWriteTargets(op.schema().name(), outs);
   for (size_t k = 0; k < outs.size(); ++k) {
-    TakeWrittenValue(outs[k], FromFunctional(results[k]));
+    TakeWrittenValue(op.schema().name(), outs[k], FromFunctional(results[k]));
   }
   torch::jit::Stack arguments(stack->end() - num_arguments, stack->end());
   torch::jit::drop(*stack, num_arguments);
@@ -360,7 +363,7 @@ void OutCall::KeepResultsInOuts(const c10::OperatorHandle& op,
     }
     const at::Tensor result = returned.toTensor();
     if (IsLazyFunctional(result)) {
-      TakeWrittenValue(outs[r], FromFunctional(result));
+      TakeWrittenValue(op.schema().name(), outs[r], FromFunctional(result));
     }
     returned = c10::IValue(outs[r]);
   }

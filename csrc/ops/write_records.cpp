@@ -55,17 +55,6 @@ class RecordWrites final : public c10::OperatorKernel {
   std::optional<OutCall> out_call_;
 };
 
-std::vector<size_t> WrittenArguments(const c10::FunctionSchema& schema) {
-  std::vector<size_t> written;
-  for (size_t i = 0; i < schema.arguments().size(); ++i) {
-    const auto* alias = schema.arguments()[i].alias_info();
-    if (alias != nullptr && alias->isWrite()) {
-      written.push_back(i);
-    }
-  }
-  return written;
-}
-
 }  // namespace
 
 void RegisterWriteRecords() {
