@@ -10,33 +10,27 @@
 
 #include <algorithm>
 #include <memory>
-#include <string_view>
-#include <typeinfo>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "ops/functional_tensors.h"
 #include "ops/kernel_override.h"
+#include "ops/view_meta_names.h"
 
 namespace lazyfuse {
 namespace {
 
 using at::functionalization::ViewMeta;
 
-// The generated ViewMeta classes are named after their op
-// (at::functionalization::unfold_ViewMeta); torch installs no header for them.
-bool Names(const ViewMeta& meta, std::string_view op) {
-  return std::string_view(typeid(meta).name()).find(op) != std::string_view::npos;
-}
-
 bool IsUnfold(const ViewMeta& meta) {
-  return Names(meta, "unfold");
+  return ViewMetaNames(meta, "unfold");
 }
 
 // Every other view op shows each element of its input at one place at most.
 bool MayRepeat(const ViewMeta& meta) {
-  return meta.is_as_strided || IsUnfold(meta) || Names(meta, "expand") || Names(meta, "as_strided");
+  return meta.is_as_strided || IsUnfold(meta) || ViewMetaNames(meta, "expand") ||
+         ViewMetaNames(meta, "as_strided");
 }
 
 // Whether some element of the base appears twice among `indices`.
@@ -95,7 +89,7 @@ WriteThroughView ReplayOnIndices(const std::vector<std::shared_ptr<ViewMeta>>& m
         // and no stride is zero (there eager refuses the copy).
         const bool last = meta == metas.back();
         const bool nothing_before = std::none_of(metas.begin(), metas.end() - 1, [](const auto& m) {
-          return Names(*m, "expand") || IsUnfold(*m);
+          return ViewMetaNames(*m, "expand") || IsUnfold(*m);
         });
         return last && nothing_before && !HasZeroStride(next) ? WriteThroughView::kOverwritable
                                                               : WriteThroughView::kRepeats;
