@@ -21,6 +21,7 @@
 #include "ops/host_arguments.h"
 #include "ops/inplace_updates.h"
 #include "ops/repeating_views.h"
+#include "ops/view_layout.h"
 #include "ops/write_records.h"
 #include "program/compile_log.h"
 #include "runtime/cpu/stream.h"
@@ -69,6 +70,7 @@ void InitLazyFuseBackend() {
     RegisterEagerCopy();
     RegisterFunctionalizedComposites();
     RegisterInplaceUpdates();
+    RegisterEagerLayoutViews();
     RegisterFusedOptimizerUpdates();
     RegisterWriteRecords();         // it covers the writing ops left without an AutogradLazy kernel
     RegisterRepeatingViewChecks();  // last: it wraps every Functionalize kernel of a writing op

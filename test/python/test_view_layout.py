@@ -1,0 +1,123 @@
+"""Reshapes of lazy views alias or copy as eager's do: Note [Eager's layout of
+a lazy view] (csrc/ops/view_layout.h).
+
+Lazy tensors report contiguous strides, so ATen's reshape (which takes
+`view` for lazy tensors) always aliased, where eager copies a view its
+strides cannot reshape: `y = x.t().reshape(-1); y.add_(1)` wrote into x.
+Random view chains are reshaped and written on both devices, and the base
+and the result compared.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+import pytest
+import torch
+
+import lazyfuse
+
+ViewStep = Callable[[torch.Tensor], torch.Tensor]
+
+
+def _random_view(rng: random.Random, t: torch.Tensor) -> tuple[str, ViewStep] | None:
+    dims = t.dim()
+    choices: list[tuple[str, ViewStep]] = []
+    if dims >= 2:
+        a, b = rng.sample(range(dims), 2)
+        choices.append((f"transpose({a}, {b})", lambda x: x.transpose(a, b)))
+        perm = list(range(dims))
+        rng.shuffle(perm)
+        choices.append((f"permute({perm})", lambda x: x.permute(perm)))
+        d1, d2 = rng.sample(range(dims), 2)
+        choices.append((f"diagonal(0, {d1}, {d2})", lambda x: x.diagonal(0, d1, d2)))
+    if dims >= 1:
+        d = rng.randrange(dims)
+        size = t.shape[d]
+        if size > 1:
+            start, step = rng.randrange(size - 1), rng.choice([1, 2])
+            choices.append(
+                (
+                    f"[{d}] {start}::{step}",
+                    lambda x: x[(slice(None),) * d + (slice(start, None, step),)],
+                )
+            )
+            choices.append((f"select({d}, {start})", lambda x: x.select(d, start)))
+            length = rng.randrange(1, size - start + 1)
+            choices.append(
+                (f"narrow({d}, {start}, {length})", lambda x: x.narrow(d, start, length))
+            )
+            if size % 2 == 0:
+                choices.append((f"unfold({d}, 2, 2)", lambda x: x.unfold(d, 2, 2)))
+        ones = [i for i in range(dims) if t.shape[i] == 1]
+        if ones:
+            i = rng.choice(ones)
+            choices.append((f"squeeze({i})", lambda x: x.squeeze(i)))
+            shape = list(t.shape)
+            shape[i] = 3
+            choices.append((f"expand({shape})", lambda x: x.expand(shape)))
+    u = rng.randrange(dims + 1)
+    choices.append((f"unsqueeze({u})", lambda x: x.unsqueeze(u)))
+    if t.is_contiguous() and t.numel() > 0:
+        choices.append(("view(-1)", lambda x: x.view(-1)))
+    return rng.choice(choices) if choices else None
+
+
+def _chain(seed: int) -> list[tuple[str, ViewStep]]:
+    rng = random.Random(seed)
+    t = torch.empty(2, 3, 4)
+    steps: list[tuple[str, ViewStep]] = []
+    for _ in range(rng.randrange(1, 4)):
+        step = _random_view(rng, t)
+        if step is None:
+            break
+        steps.append(step)
+        t = step[1](t)
+    return steps
+
+
+def _run(device: torch.device, steps: list[tuple[str, ViewStep]], ends_in: str, mark_step: bool):
+    base = torch.arange(24.0, device=device).view(2, 3, 4)
+    view = base
+    for _, step in steps:
+        view = step(view)
+    if mark_step and device.type == "lazy":
+        lazyfuse.mark_step()  # the view's value is materialized; its chain is replayed
+    result = view.reshape(-1) if ends_in == "reshape" else view.flatten()
+    if view.stride().count(0) == 0 or view.numel() <= 1:
+        result.mul_(-1)  # a write to an alias of a repeating view would be refused
+    return base.cpu(), result.cpu()
+
+
+@pytest.mark.parametrize("mark_step", [False, True], ids=["traced", "materialized"])
+@pytest.mark.parametrize("ends_in", ["reshape", "flatten"])
+@pytest.mark.parametrize("seed", range(60))
+def test_reshape_of_a_random_view_chain_aliases_as_in_eager(
+    seed: int, ends_in: str, mark_step: bool, lazy: torch.device
+) -> None:
+    steps = _chain(seed)
+    names = " . ".join(name for name, _ in steps)
+    eager_base, eager_result = _run(torch.device("cpu"), steps, ends_in, mark_step)
+    lazy_base, lazy_result = _run(lazy, steps, ends_in, mark_step)
+    assert torch.equal(lazy_base, eager_base), names
+    assert torch.equal(lazy_result, eager_result), names
+
+
+def test_a_view_eager_cannot_make_copies_as_reshape_would(lazy: torch.device) -> None:
+    # Eager refuses x.t().view(-1); lazy tensors give reshape's copy, never
+    # an alias that writes back.
+    x = torch.arange(6.0, device=lazy).view(2, 3)
+    flat = x.t().view(-1)
+    flat.zero_()
+    torch.testing.assert_close(x.cpu(), torch.arange(6.0).view(2, 3))
+    torch.testing.assert_close(flat.cpu(), torch.zeros(6))
+
+
+def test_reshape_keeps_autograd(lazy: torch.device) -> None:
+    weight = torch.randn(3, 4, requires_grad=True)
+    lazy_weight = weight.detach().to(lazy).requires_grad_()
+    for w in (weight, lazy_weight):
+        (w.t().reshape(-1) * torch.arange(12.0, device=w.device)).sum().backward()
+    assert lazy_weight.grad is not None and weight.grad is not None
+    torch.testing.assert_close(lazy_weight.grad.cpu(), weight.grad)
