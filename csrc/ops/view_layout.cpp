@@ -205,7 +205,10 @@ bool StaysContiguous(const at::Tensor& view) {
 // it cannot see), so where eager's strides allow no view this returns the
 // copy eager's reshape makes; a user's own view gets it too, where eager
 // refuses.
-at::Tensor View(c10::DispatchKeySet keys, const at::Tensor& self, c10::SymIntArrayRef size) {
+at::Tensor View(c10::DispatchKeySet keys, const at::Tensor& self, c10::SymIntArrayRef size_ref) {
+  // view_as passes its argument's sizes, which syncing that tensor below may
+  // reallocate: the requested shape is copied first.
+  const std::vector<c10::SymInt> size(size_ref.begin(), size_ref.end());
   if (IsLazyView(self) && !self.unsafeGetTensorImpl()->has_symbolic_sizes_strides() &&
       !StaysContiguous(self)) {
     const at::DimVector shape = at::infer_size_dv(C10_AS_INTARRAYREF_SLOW(size), self.numel());
