@@ -11,6 +11,7 @@
 #include <c10/core/InferenceMode.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/Exception.h>
+#include <c10/util/SmallVector.h>
 #include <torch/csrc/lazy/backend/backend_interface.h>
 #include <torch/csrc/lazy/core/metrics.h>
 #include <torch/csrc/lazy/core/tensor.h>
@@ -208,7 +209,8 @@ bool StaysContiguous(const at::Tensor& view) {
 at::Tensor View(c10::DispatchKeySet keys, const at::Tensor& self, c10::SymIntArrayRef size_ref) {
   // view_as passes its argument's sizes, which syncing that tensor below may
   // reallocate: the requested shape is copied first.
-  const std::vector<c10::SymInt> size(size_ref.begin(), size_ref.end());
+  const c10::SmallVector<c10::SymInt, 6> owned(size_ref.begin(), size_ref.end());
+  const c10::SymIntArrayRef size(owned);
   if (IsLazyView(self) && !self.unsafeGetTensorImpl()->has_symbolic_sizes_strides() &&
       !StaysContiguous(self)) {
     const at::DimVector shape = at::infer_size_dv(C10_AS_INTARRAYREF_SLOW(size), self.numel());
