@@ -168,6 +168,16 @@ void CheckWriteTarget(const std::string& op_name, const at::Tensor& written) {
       at::functionalization::impl::unsafeGetFunctionalWrapper(written)->isBaseTensor()) {
     return;
   }
+  const auto& metas =
+      at::functionalization::impl::unsafeGetFunctionalWrapper(written)->view_metas();
+  // torch's functionalization refuses these with a message about torch.compile.
+  TORCH_CHECK(
+      std::none_of(metas.begin() + 1, metas.end(), [](const auto& m) { return m->is_as_strided; }),
+      op_name,
+      ": unsupported operation: the written-to tensor is an as_strided() view of another "
+      "view, which PyTorch's functionalization cannot write back through. Take "
+      "as_strided() of the base tensor, or clone() the view before performing the "
+      "operation.");
   WriteThroughView verdict = CheckViewChain(written);
   if (verdict == WriteThroughView::kOverwritable) {
     const bool overwrites =

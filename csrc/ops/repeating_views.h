@@ -37,7 +37,8 @@ enum class WriteThroughView { kWritable, kRepeats, kThroughUnfold, kOverwritable
 WriteThroughView CheckViewChain(const at::Tensor& functional_view);
 
 // Raises, naming `op_name`, when `written` is a lazy tensor viewing its
-// base through a view that repeats an element.
+// base through a view that repeats an element, or through an as_strided view
+// of another view, which functionalization cannot write back through.
 void CheckWriteTarget(const std::string& op_name, const at::Tensor& written);
 
 // The same for each tensor an op will write, before it writes any.
