@@ -11,6 +11,7 @@
 #include "fusion/planner.h"
 #include "fusion/transposed_matmuls.h"
 #include "ltc/backend_data.h"
+#include "ltc/backing_ops_guard.h"
 #include "ltc/config.h"
 #include "ltc/device_data.h"
 #include "ltc/graph_executor.h"
@@ -159,6 +160,7 @@ class LazyFuseBackendImpl : public torch::lazy::BackendImplInterface {
       const at::Tensor& tensor,
       const torch::lazy::Shape& shape,
       const torch::lazy::BackendDevice& device) const override {
+    const BackingOpsGuard backing_ops;
     // 0-dim CPU values stay on the host (see LazyFuseBackendData); anything
     // else is copied, so later writes to the source never leak into the graph.
     const bool host_scalar = tensor.dim() == 0 && tensor.is_cpu();
@@ -174,6 +176,7 @@ class LazyFuseBackendImpl : public torch::lazy::BackendImplInterface {
 
   torch::lazy::BackendDataPtr MakeComputationDataFromScalar(
       const at::Scalar& scalar, const torch::lazy::BackendDevice& device) const override {
+    const BackingOpsGuard backing_ops;
     at::Tensor value = at::scalar_tensor(scalar, at::TensorOptions().dtype(scalar.type()));
     torch::lazy::Shape shape(value.scalar_type(), {});
     auto data = std::make_shared<LazyFuseBackendData>(device, std::move(shape), std::move(value));
@@ -197,6 +200,7 @@ class LazyFuseBackendImpl : public torch::lazy::BackendImplInterface {
   at::Tensor MakeTensorFromComputationData(
       const torch::lazy::BackendDataPtr data,
       std::optional<at::ScalarType> logical_scalar_type) const override {
+    const BackingOpsGuard backing_ops;
     const at::Tensor& tensor = AsLazyFuseData(data).tensor();
     if (logical_scalar_type && *logical_scalar_type != tensor.scalar_type()) {
       return tensor.to(*logical_scalar_type);
@@ -228,6 +232,9 @@ class LazyFuseBackendImpl : public torch::lazy::BackendImplInterface {
     // A new graph's host cost past lowering: its Program's rewrites, the
     // plan and the fused Program (bench/new_shapes.py splits it out).
     TORCH_LAZY_TIMED("LazyFuseCompile");
+    // A sync inside a functorch transform or a TorchDispatchMode compiles
+    // there too: the meta tensors of planning must not be wrapped or seen.
+    const BackingOpsGuard backing_ops;
     // Only the CUDA backing device, or the CPU emulating it, turns fused
     // groups into kernels; elsewhere lazyfuse.debug.fusion_plan() plans the
     // last Program when asked.
@@ -268,6 +275,7 @@ class LazyFuseBackendImpl : public torch::lazy::BackendImplInterface {
       const torch::lazy::BackendDevice& device) const override {
     const auto* ours = dynamic_cast<const LazyFuseComputation*>(computation.get());
     TORCH_CHECK(ours != nullptr, "lazyfuse: cannot execute a foreign computation");
+    const BackingOpsGuard backing_ops;
     const std::shared_ptr<const Program>& program = ours->program();
     RefuseFailedArguments(*program, arguments);
     std::shared_ptr<const CollectiveGroups> groups;

@@ -3,6 +3,7 @@
 #include <c10/util/Exception.h>
 #include <torch/csrc/lazy/core/metrics.h>
 
+#include "ltc/backing_ops_guard.h"
 #include "ltc/device_data.h"
 #include "ltc/node.h"
 
@@ -27,6 +28,7 @@ LazyFuseLoweringContext::LazyFuseLoweringContext(const std::string& name,
                                                  torch::lazy::Util::EmissionMap emit_status)
     : torch::lazy::LoweringContext(name, std::move(device), post_order, std::move(emit_status)) {
   TORCH_LAZY_TIMED("LazyFuseLowering");
+  const BackingOpsGuard backing_ops;  // a sync may run inside a functorch transform
   for (const torch::lazy::Node* node : post_order) {
     Lower(node);
   }
@@ -152,6 +154,7 @@ void LazyFuseLoweringContext::AddParameter(const torch::lazy::Output& output,
 }
 
 torch::lazy::ComputationPtr LazyFuseLoweringContext::Build() {
+  const BackingOpsGuard backing_ops;
   auto program = std::make_shared<const Program>(builder_.Finish());
   return std::make_shared<LazyFuseComputation>(std::move(program));
 }

@@ -93,3 +93,39 @@ def test_an_eager_fallback_inside_cpu_autocast_keeps_the_lazy_dtype(lazy: torch.
         torch._lazy.config.set_force_fallback("")
     assert got.dtype == torch.float32
     torch.testing.assert_close(got.cpu(), x @ x.t())
+
+
+def _batched_products(t: torch.Tensor, sync: Callable[[], None]) -> torch.Tensor:
+    # A batched matmul alive at the sync, which planning reads as a view of
+    # its root through meta tensors (csrc/runtime/result_aliases.cpp).
+    products = t @ t.transpose(-1, -2)
+    if t.device.type == "lazy":
+        sync()
+    return products.sin()
+
+
+TRANSFORMS: dict[str, Callable[[Callable[[torch.Tensor], torch.Tensor], torch.Tensor], Any]] = {
+    "grad": lambda f, x: torch.func.grad(lambda t: f(t).square().sum())(x[0]),
+    "vmap(grad)": lambda f, x: torch.func.vmap(torch.func.grad(lambda t: f(t).square().sum()))(x),
+    "vmap": lambda f, x: torch.func.vmap(f)(x),
+    "jvp": lambda f, x: torch.func.jvp(f, (x,), (torch.ones_like(x),))[1],
+    "vjp": lambda f, x: (lambda out, pull: pull(torch.ones_like(out))[0])(*torch.func.vjp(f, x)),
+}
+SYNCS: dict[str, Callable[[], None]] = {
+    "lazyfuse.mark_step": lazyfuse.mark_step,
+    "torch._lazy.mark_step": torch._lazy.mark_step,
+}
+
+
+@pytest.mark.parametrize("sync", list(SYNCS))
+@pytest.mark.parametrize("transform", list(TRANSFORMS))
+def test_a_sync_inside_a_functorch_transform_matches_eager(
+    transform: str, sync: str, lazy: torch.device
+) -> None:
+    # Compiling there ran planning's meta tensors through the transform, which
+    # wrapped them: "Cannot access storage of TensorWrapper" (OpInfo's
+    # wrapper_set_seed marks a step inside the op it wraps).
+    x = torch.randn(2, 3, 4, 5)
+    expected = TRANSFORMS[transform](lambda t: _batched_products(t, SYNCS[sync]), x)
+    got = TRANSFORMS[transform](lambda t: _batched_products(t, SYNCS[sync]), x.to(lazy))
+    torch.testing.assert_close(got.cpu(), expected)
