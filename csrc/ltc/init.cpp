@@ -15,6 +15,7 @@
 #include "ops/amp_functions.h"
 #include "ops/autocast.h"
 #include "ops/collectives.h"
+#include "ops/dispatch_mode_factories.h"
 #include "ops/eager_copy.h"
 #include "ops/functionalized_composite.h"
 #include "ops/fused_optimizer_updates.h"
@@ -74,6 +75,7 @@ void InitLazyFuseBackend() {
     RegisterFusedOptimizerUpdates();
     RegisterWriteRecords();         // it covers the writing ops left without an AutogradLazy kernel
     RegisterRepeatingViewChecks();  // last: it wraps every Functionalize kernel of a writing op
+    RegisterDispatchModeFactories();
     SetCallSiteFunction(&UserCallSite);
   });
 }

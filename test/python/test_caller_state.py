@@ -14,6 +14,7 @@ import pytest
 import torch
 import torch._lazy.config
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.flop_counter import FlopCounterMode
 
 import lazyfuse
 
@@ -129,3 +130,67 @@ def test_a_sync_inside_a_functorch_transform_matches_eager(
     expected = TRANSFORMS[transform](lambda t: _batched_products(t, SYNCS[sync]), x)
     got = TRANSFORMS[transform](lambda t: _batched_products(t, SYNCS[sync]), x.to(lazy))
     torch.testing.assert_close(got.cpu(), expected)
+
+
+FACTORIES: dict[str, Callable[[torch.device], torch.Tensor]] = {
+    "zeros": lambda d: torch.zeros(3, 4, device=d),
+    "ones": lambda d: torch.ones(3, 4, device=d),
+    "full": lambda d: torch.full((3, 4), 2.0, device=d),
+    "arange": lambda d: torch.arange(12.0, device=d).view(3, 4),
+    "empty, then filled": lambda d: torch.empty(3, 4, device=d).fill_(1.5),
+    "eye": lambda d: torch.eye(3, 4, device=d),
+    "a CPU tensor moved": lambda d: torch.arange(12.0).view(3, 4).to(d),
+    "zeros_like a CPU tensor": lambda d: torch.zeros_like(torch.ones(3, 4), device=d),
+}
+
+
+@pytest.mark.parametrize("factory", list(FACTORIES))
+def test_a_tensor_made_under_a_dispatch_mode_takes_views_and_writes(
+    factory: str, lazy: torch.device
+) -> None:
+    # Under a mode a lazy factory returned a bare lazy tensor, which no view
+    # could be taken of, and whose views' writes would not reach it.
+    def program(device: torch.device) -> list[torch.Tensor]:
+        made = FACTORIES[factory](device)
+        view = made.t()[1:]
+        view.mul_(3.0)
+        made[0].add_(1.0)
+        return [made, view, made.sum(0)]
+
+    with OpLog() as mode:
+        got = [t.cpu() for t in program(lazy)]
+    assert mode.ops, "the mode saw the ops"
+    for lazy_value, eager_value in zip(got, program(torch.device("cpu")), strict=True):
+        torch.testing.assert_close(lazy_value, eager_value)
+
+
+def test_flop_counter_around_a_training_step_matches_eager(lazy: torch.device) -> None:
+    # The common use of a mode: counting a step's FLOPs. The model makes
+    # tensors as it runs (a causal mask, positions).
+    class Attention(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.qkv = torch.nn.Linear(8, 24)
+            self.position = torch.nn.Embedding(16, 8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            positions = torch.arange(x.shape[1], device=x.device)
+            q, k, v = self.qkv(x + self.position(positions)).chunk(3, -1)
+            q = q @ torch.eye(8, device=x.device)  # its backward takes the eye's transpose
+            mask = torch.ones(x.shape[1], x.shape[1], dtype=torch.bool, device=x.device).tril()
+            scores = (q @ k.transpose(-1, -2)).masked_fill(~mask, float("-inf"))
+            return scores.softmax(-1) @ v
+
+    def step(device: torch.device) -> tuple[int, list[torch.Tensor]]:
+        torch.manual_seed(0)
+        model = Attention().to(device)
+        x = torch.randn(2, 5, 8).to(device)
+        with FlopCounterMode(display=False) as counter:
+            model(x).square().mean().backward()
+        return counter.get_total_flops(), [p.grad.cpu() for p in model.parameters()]
+
+    lazy_flops, lazy_grads = step(lazy)
+    eager_flops, eager_grads = step(torch.device("cpu"))
+    assert lazy_flops == eager_flops
+    for lazy_grad, eager_grad in zip(lazy_grads, eager_grads, strict=True):
+        torch.testing.assert_close(lazy_grad, eager_grad)
