@@ -206,6 +206,13 @@ const HostCompiler* FindHostCompiler(std::string* why) {
     for (const std::string& name : candidates) {
       const std::string path = OnPath(name);
       if (path.empty()) {
+        const char* chosen = std::getenv("LAZYFUSE_EMULATE_CXX");
+        if (chosen != nullptr && name == chosen) {
+          TORCH_WARN("lazyfuse: LAZYFUSE_EMULATE_CXX=",
+                     name,
+                     " is not a compiler on PATH or an executable file; trying $CXX, c++, g++ "
+                     "and clang++ instead.");
+        }
         continue;
       }
       compiler = new HostCompiler();

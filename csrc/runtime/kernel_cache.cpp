@@ -6,6 +6,7 @@
 #include <torch/csrc/lazy/core/metrics.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -121,9 +122,31 @@ bool KernelCacheReadOnly() {
 }
 
 std::string KernelScratchDir(const std::string& subdir) {
-  std::string dir = KernelCacheReadOnly() ? std::string() : KernelCacheDir();
-  dir = (dir.empty() ? std::string("/tmp/lazyfuse-") + std::to_string(::getuid()) : dir) + "/" +
-        subdir;
+  std::string root = KernelCacheReadOnly() ? std::string() : KernelCacheDir();
+  if (!root.empty()) {
+    MakeDirs(root);
+    if (::access(root.c_str(), W_OK) != 0) {
+      const int error = errno;
+      // A read-only home (a container's, a cluster's) must not cost the
+      // fused kernels: they are built where they can be, and not kept.
+      static std::mutex mutex;
+      static auto* warned = new std::unordered_map<std::string, bool>();
+      std::lock_guard<std::mutex> lock(mutex);
+      if (!(*warned)[root]) {
+        (*warned)[root] = true;
+        TORCH_WARN("lazyfuse: the kernel cache directory ",
+                   root,
+                   " cannot be written (",
+                   std::strerror(error),
+                   "); kernels are built in /tmp instead and not kept between runs. Set "
+                   "LAZYFUSE_CACHE_DIR to a writable directory, or to 0.");
+      }
+      root.clear();
+    }
+  }
+  const std::string dir =
+      (root.empty() ? std::string("/tmp/lazyfuse-") + std::to_string(::getuid()) : root) + "/" +
+      subdir;
   MakeDirs(dir);
   return dir;
 }

@@ -275,6 +275,46 @@ def test_on_by_default_and_off_by_either_switch(env: dict[str, str], fused: bool
     assert (int(out.stdout.split()[-1]) > 0) == fused, out.stderr
 
 
+@pytest.mark.parametrize(
+    ("env", "warning"),
+    [
+        ({"LAZYFUSE_CACHE_DIR": "/proc/lazyfuse-cache"}, "/proc/lazyfuse-cache cannot be written"),
+        (
+            {"LAZYFUSE_EMULATE_CXX": "/nonexistent/c++"},
+            "LAZYFUSE_EMULATE_CXX=/nonexistent/c++ is not",
+        ),
+    ],
+    ids=["unwritable_cache_dir", "missing_compiler"],
+)
+def test_a_bad_cache_dir_or_compiler_warns_and_kernels_still_run(
+    env: dict[str, str], warning: str
+) -> None:
+    # An unwritable cache directory (a read-only home) made every kernel fall
+    # back to its ATen steps; a compiler named that does not exist was
+    # passed over without a word.
+    code = (
+        "import torch, lazyfuse\n"
+        "x = torch.ones(8, 8).to(lazyfuse.lazy_device())\n"
+        "y = (x * 2 + 1).sin().sum(1)\n"
+        "lazyfuse.mark_step()\n"
+        "torch.testing.assert_close(y.cpu(), (torch.ones(8, 8) * 2 + 1).sin().sum(1))\n"
+        "print(lazyfuse.metrics.counter_value('LazyFuseKernelLaunches'),"
+        " lazyfuse.metrics.counter_value('LazyFuseKernelFallbacks'))\n"
+    )
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("LAZYFUSE_")}
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    launches, fallbacks = (int(n) for n in out.stdout.split()[-2:])
+    assert launches > 0 and fallbacks == 0, out.stderr
+    assert warning in out.stderr
+
+
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.int16, torch.uint8])
 def test_float_to_integer_out_of_range_is_eagers(dtype: torch.dtype) -> None:
     """C++ leaves these conversions undefined; -O3 loops once answered 0 where
