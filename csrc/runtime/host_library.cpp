@@ -152,9 +152,19 @@ CompiledKernel CompileSharedLibrary(const HostCompiler& compiler,
   }
   const std::string library = dir + "/kernel.so";
   const std::string log_path = dir + "/log.txt";
-  const int status = RunShell(Quote(compiler.path) + " " + build.flags + include +
-                              " -shared -fPIC -o " + Quote(library) + " " + Quote(compiled_path) +
-                              " " + build.libraries + " > " + Quote(log_path) + " 2>&1");
+  const auto compile = [&](const std::string& flags, const std::string& path) {
+    return RunShell(Quote(compiler.path) + " " + build.flags + flags + " -shared -fPIC -o " +
+                    Quote(library) + " " + Quote(path) + " " + build.libraries + " > " +
+                    Quote(log_path) + " 2>&1");
+  };
+  int status = compile(include, compiled_path);
+  if (status != 0 && !pch.empty()) {
+    // A precompiled prelude left damaged in the cache (a full disk, a copy
+    // cut short) would fail every kernel from then on: it is dropped, to be
+    // built again, and this kernel compiles from its whole source.
+    std::remove((pch + "/lf_prelude.h.gch").c_str());
+    status = compile("", source_path);
+  }
   CompiledKernel out;
   out.target = "host";
   out.cubin = true;
@@ -271,11 +281,16 @@ std::shared_ptr<HostLibrary> LoadHostLibrary(const HostBuild& build,
   return loaded->GetOrLoad(hash, [&] {
     // dlopen needs a file: written once, beside the kernel sources.
     const std::string path = KernelScratchDir(build.subdir + "/lib") + "/" + hash + ".so";
-    if (::access(path.c_str(), R_OK) != 0) {
+    const auto write = [&] {
       const std::string temp = path + ".tmp." + std::to_string(::getpid());
       std::ofstream(temp, std::ios::binary)
           .write(compiled->binary.data(), static_cast<std::streamsize>(compiled->binary.size()));
       std::rename(temp.c_str(), path.c_str());
+    };
+    // A file cut short by an earlier run (a full disk, a copy of the cache)
+    // would fault inside dlopen: one whose bytes differ is written again.
+    if (ReadFile(path) != compiled->binary) {
+      write();
     }
     auto library = std::make_shared<HostLibrary>();
     library->handle_ = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);

@@ -275,6 +275,17 @@ def test_on_by_default_and_off_by_either_switch(env: dict[str, str], fused: bool
     assert (int(out.stdout.split()[-1]) > 0) == fused, out.stderr
 
 
+KERNEL_RUN = (
+    "import torch, lazyfuse\n"
+    "x = torch.ones(8, 8).to(lazyfuse.lazy_device())\n"
+    "y = (x * 2 + 1).sin().sum(1)\n"
+    "lazyfuse.mark_step()\n"
+    "torch.testing.assert_close(y.cpu(), (torch.ones(8, 8) * 2 + 1).sin().sum(1))\n"
+    "print(lazyfuse.metrics.counter_value('LazyFuseKernelLaunches'),"
+    " lazyfuse.metrics.counter_value('LazyFuseKernelFallbacks'))\n"
+)
+
+
 @pytest.mark.parametrize(
     ("env", "warning"),
     [
@@ -292,15 +303,7 @@ def test_a_bad_cache_dir_or_compiler_warns_and_kernels_still_run(
     # An unwritable cache directory (a read-only home) made every kernel fall
     # back to its ATen steps; a compiler named that does not exist was
     # passed over without a word.
-    code = (
-        "import torch, lazyfuse\n"
-        "x = torch.ones(8, 8).to(lazyfuse.lazy_device())\n"
-        "y = (x * 2 + 1).sin().sum(1)\n"
-        "lazyfuse.mark_step()\n"
-        "torch.testing.assert_close(y.cpu(), (torch.ones(8, 8) * 2 + 1).sin().sum(1))\n"
-        "print(lazyfuse.metrics.counter_value('LazyFuseKernelLaunches'),"
-        " lazyfuse.metrics.counter_value('LazyFuseKernelFallbacks'))\n"
-    )
+    code = KERNEL_RUN
     clean = {k: v for k, v in os.environ.items() if not k.startswith("LAZYFUSE_")}
     out = subprocess.run(
         [sys.executable, "-c", code],
@@ -313,6 +316,35 @@ def test_a_bad_cache_dir_or_compiler_warns_and_kernels_still_run(
     launches, fallbacks = (int(n) for n in out.stdout.split()[-2:])
     assert launches > 0 and fallbacks == 0, out.stderr
     assert warning in out.stderr
+
+
+def test_cache_files_cut_short_are_rebuilt(tmp_path: Path) -> None:
+    # A kernel library cut short (a full disk, a copy of the cache) faulted
+    # inside dlopen, killing every later run with SIGBUS; a damaged
+    # precompiled prelude made every later kernel fall back to ATen steps.
+    def run() -> str:
+        clean = {k: v for k, v in os.environ.items() if not k.startswith("LAZYFUSE_")}
+        out = subprocess.run(
+            [sys.executable, "-c", KERNEL_RUN],
+            env={**clean, "LAZYFUSE_CACHE_DIR": str(tmp_path)},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    run()
+    damaged = [*tmp_path.rglob("*.so"), *tmp_path.rglob("*.gch")]
+    assert {path.suffix for path in damaged} == {".so", ".gch"}
+    for path in damaged:
+        path.write_bytes(path.read_bytes()[:1000])
+    launches, fallbacks = (int(n) for n in run().split()[-2:])
+    assert launches > 0 and fallbacks == 0
+    for kernel in tmp_path.rglob("*.bin"):
+        kernel.unlink()  # the prelude is needed again, and compiled again
+    launches, fallbacks = (int(n) for n in run().split()[-2:])
+    assert launches > 0 and fallbacks == 0
 
 
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.int16, torch.uint8])
