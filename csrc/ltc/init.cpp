@@ -22,6 +22,7 @@
 #include "ops/host_arguments.h"
 #include "ops/inplace_updates.h"
 #include "ops/repeating_views.h"
+#include "ops/running_statistics.h"
 #include "ops/view_layout.h"
 #include "ops/write_records.h"
 #include "program/compile_log.h"
@@ -76,6 +77,7 @@ void InitLazyFuseBackend() {
     RegisterWriteRecords();         // it covers the writing ops left without an AutogradLazy kernel
     RegisterRepeatingViewChecks();  // last: it wraps every Functionalize kernel of a writing op
     RegisterDispatchModeFactories();
+    RegisterRunningStatisticWrites();
     SetCallSiteFunction(&UserCallSite);
   });
 }

@@ -1,0 +1,99 @@
+"""Training resumed from a checkpoint, against eager: Note [Running
+statistics written behind functionalization] (csrc/ops/running_statistics.h).
+
+Found from outside: after `load_state_dict`, which swaps each parameter and
+buffer with a detached alias of itself, a BatchNorm step's running
+statistics read right through the buffer but stale through `detach()`, so
+`state_dict()`, and every checkpoint saved after resuming, held the
+statistics from before the resumed steps."""
+
+from __future__ import annotations
+
+import copy
+import io
+from collections.abc import Callable
+
+import pytest
+import torch
+from torch import nn
+
+import lazyfuse
+
+
+def _model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(3, 6, bias=False), nn.BatchNorm1d(6), nn.ReLU(), nn.Linear(6, 2))
+
+
+def _batch(step: int, device: torch.device) -> torch.Tensor:
+    return (torch.full((4, 3), float(step + 1)) * torch.arange(4.0).view(4, 1)).to(device)
+
+
+def _train(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    device: torch.device,
+    steps: int,
+    replay: bool,
+) -> None:
+    def step(x: torch.Tensor) -> torch.Tensor:
+        optimizer.zero_grad()
+        loss = model(x).square().mean()
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    run: Callable[[torch.Tensor], torch.Tensor] = (
+        lazyfuse.compile(step, replay=True) if replay and device.type == "lazy" else step
+    )
+    for k in range(steps):
+        run(_batch(k, device))
+        if device.type == "lazy":
+            lazyfuse.mark_step()
+
+
+def _resumed(device: torch.device, replay: bool) -> list[torch.Tensor]:
+    init = _model()
+    model = copy.deepcopy(init).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    _train(model, optimizer, device, 3, replay)
+    saved = io.BytesIO()
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, saved)
+    saved.seek(0)
+    checkpoint = torch.load(saved, weights_only=True)
+    resumed = copy.deepcopy(init).to(device)
+    resumed_optimizer = torch.optim.SGD(resumed.parameters(), lr=0.05, momentum=0.9)
+    resumed.load_state_dict(checkpoint["model"])
+    resumed_optimizer.load_state_dict(checkpoint["optimizer"])
+    taken_before = resumed[1].running_mean[:3]
+    _train(resumed, resumed_optimizer, device, 4, replay)
+    momentum = resumed_optimizer.state_dict()["state"][0]["momentum_buffer"]
+    return [
+        *(value.cpu() for value in resumed.state_dict().values()),
+        resumed[1].running_var.cpu(),
+        taken_before.cpu(),
+        momentum.cpu(),
+    ]
+
+
+@pytest.mark.parametrize("replay", [False, True], ids=["traced", "replayed"])
+def test_a_resumed_run_saves_what_eager_saves(replay: bool, lazy: torch.device) -> None:
+    for got, expected in zip(
+        _resumed(lazy, replay), _resumed(torch.device("cpu"), False), strict=True
+    ):
+        torch.testing.assert_close(got, expected)
+
+
+@pytest.mark.parametrize("through", ["a base", "a loaded buffer"])
+def test_every_view_of_a_running_statistic_sees_the_step(through: str, lazy: torch.device) -> None:
+    def statistics(device: torch.device) -> list[torch.Tensor]:
+        norm = nn.BatchNorm1d(4).to(device)
+        if through == "a loaded buffer":
+            norm.load_state_dict(nn.BatchNorm1d(4).state_dict())
+        before = [norm.running_mean[1:], norm.running_var.detach(), norm.running_var.t()]
+        norm(_batch(0, device).repeat(1, 2)[:, :4])
+        after = [norm.running_mean.detach(), norm.state_dict()["running_var"]]
+        return [t.cpu() for t in (*before, *after)]
+
+    for got, expected in zip(statistics(lazy), statistics(torch.device("cpu")), strict=True):
+        torch.testing.assert_close(got, expected)
