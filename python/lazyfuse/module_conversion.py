@@ -7,7 +7,8 @@ two modules share (``tie_weights()``, GPT-2's wte and lm_head) came apart and
 their gradients were wrong. With PyTorch's swap-on-conversion (its planned
 default) ``.to()`` swaps each parameter's contents in place: a parameter keeps
 its identity across devices, shared ones stay one object, and optimizers built
-before ``.to()`` keep working.
+before ``.to()`` keep working. The swap is turned on for conversions only;
+``load_state_dict`` copies into each parameter, as PyTorch does by default.
 
 A swap also swaps the tensors' classes, and cannot take an uninitialized
 parameter or buffer (a lazy module's: ``nn.LazyLinear``, ``nn.LazyConv2d``,
@@ -25,8 +26,6 @@ from typing import Any
 
 import torch
 from torch.nn.parameter import UninitializedTensorMixin
-
-torch.__future__.set_swap_module_params_on_conversion(True)
 
 _module_apply = torch.nn.Module._apply
 
@@ -63,6 +62,11 @@ def _apply(
     ]
     for table, key, _ in held:
         table[key] = None  # Module._apply skips it
+    # Swapping only while converting: `load_state_dict` reads the same flag,
+    # and with it swapped each parameter for a detached alias of itself, which
+    # a lazy parameter is held twice as (a view and its base) once written.
+    swapping = torch.__future__.get_swap_module_params_on_conversion()
+    torch.__future__.set_swap_module_params_on_conversion(True)
     try:
         result = _module_apply(self, fn, recurse)
         converted = [_converted(tensor, fn) for _, _, tensor in held]
@@ -70,6 +74,8 @@ def _apply(
         for table, key, tensor in held:
             table[key] = tensor
         raise
+    finally:
+        torch.__future__.set_swap_module_params_on_conversion(swapping)
     for (table, key, _), tensor in zip(held, converted, strict=True):
         table[key] = tensor
     return result

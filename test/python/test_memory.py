@@ -65,13 +65,21 @@ def test_track_memory_names_the_buffers_a_graph_holds_at_its_peak(lazy: torch.de
     assert y.item() >= 0
 
 
-def mlp_training(device: torch.device, steps: int = 3) -> tuple[int, int, list[float]]:
-    """Peak and held bytes over a whole run, from model creation on."""
+def mlp_training(
+    device: torch.device, steps: int = 3, resumed: bool = False
+) -> tuple[int, int, list[float]]:
+    """Peak and held bytes over a whole run, from model creation on;
+    `resumed` loads a checkpoint's state_dict into the model first."""
+    torch.manual_seed(0)
+    checkpoint = nn.Sequential(nn.Linear(128, 128), nn.Linear(128, 128), nn.Linear(128, 128))
     with track_memory() as reading:
         torch.manual_seed(0)
         model = nn.Sequential(
             nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, 128)
         ).to(device)
+        if resumed:
+            state = zip(model.state_dict(), checkpoint.state_dict().values(), strict=True)
+            model.load_state_dict(dict(state))
         opt = torch.optim.Adam(model.parameters(), lr=1e-3)
         x = torch.randn(32, 128).to(device)
         losses = []
@@ -86,13 +94,18 @@ def mlp_training(device: torch.device, steps: int = 3) -> tuple[int, int, list[f
     return reading.peak_bytes, reading.allocated_bytes, losses
 
 
-def test_training_holds_what_eager_holds(lazy: torch.device, engine: str) -> None:
+@pytest.mark.parametrize("resumed", [False, True], ids=["fresh", "resumed"])
+def test_training_holds_what_eager_holds(lazy: torch.device, engine: str, resumed: bool) -> None:
     # Parameters, gradients and Adam's two moments, once each. Each gradient
     # is the transpose of a matmul, which functionalization keeps as the
     # view's base; both used to be held, and every parameter twice over (its
-    # value, and a detached copy that nn.Parameter's view made).
-    eager_peak, eager_held, eager_losses = mlp_training(torch.device(REFERENCE_DEVICE))
-    peak, held, losses = mlp_training(lazy)
+    # value, and a detached copy that nn.Parameter's view made). Resumed from
+    # a state_dict, every parameter was held twice again: load_state_dict
+    # swapped each for a detached alias of itself.
+    eager_peak, eager_held, eager_losses = mlp_training(
+        torch.device(REFERENCE_DEVICE), resumed=resumed
+    )
+    peak, held, losses = mlp_training(lazy, resumed=resumed)
     assert losses == pytest.approx(eager_losses, rel=1e-5)
     state = 3 * (128 * 128 + 128) * 4
     assert held <= eager_held + state // 10, (held, eager_held)

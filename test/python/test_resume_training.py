@@ -1,11 +1,13 @@
 """Training resumed from a checkpoint, against eager: Note [Running
 statistics written behind functionalization] (csrc/ops/running_statistics.h).
 
-Found from outside: after `load_state_dict`, which swaps each parameter and
-buffer with a detached alias of itself, a BatchNorm step's running
+Found from outside: after `load_state_dict`, which swapped each parameter
+and buffer with a detached alias of itself (lazyfuse had turned PyTorch's
+swap-on-conversion on for the whole process), a BatchNorm step's running
 statistics read right through the buffer but stale through `detach()`, so
 `state_dict()`, and every checkpoint saved after resuming, held the
-statistics from before the resumed steps."""
+statistics from before the resumed steps. Both are mended: the write
+reaches every view, and `load_state_dict` copies in place again."""
 
 from __future__ import annotations
 
@@ -84,12 +86,17 @@ def test_a_resumed_run_saves_what_eager_saves(replay: bool, lazy: torch.device) 
         torch.testing.assert_close(got, expected)
 
 
-@pytest.mark.parametrize("through", ["a base", "a loaded buffer"])
+@pytest.mark.parametrize("through", ["a base", "a loaded buffer", "a buffer swapped in by loading"])
 def test_every_view_of_a_running_statistic_sees_the_step(through: str, lazy: torch.device) -> None:
     def statistics(device: torch.device) -> list[torch.Tensor]:
         norm = nn.BatchNorm1d(4).to(device)
-        if through == "a loaded buffer":
-            norm.load_state_dict(nn.BatchNorm1d(4).state_dict())
+        swapping = torch.__future__.get_swap_module_params_on_conversion()
+        torch.__future__.set_swap_module_params_on_conversion(through.endswith("by loading"))
+        try:
+            if through != "a base":
+                norm.load_state_dict(nn.BatchNorm1d(4).state_dict())
+        finally:
+            torch.__future__.set_swap_module_params_on_conversion(swapping)
         before = [norm.running_mean[1:], norm.running_var.detach(), norm.running_var.t()]
         norm(_batch(0, device).repeat(1, 2)[:, :4])
         after = [norm.running_mean.detach(), norm.state_dict()["running_var"]]
