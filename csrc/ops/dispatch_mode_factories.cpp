@@ -68,10 +68,6 @@ class FunctionalUnderModes final : public c10::OperatorKernel {
 }  // namespace
 
 void RegisterDispatchModeFactories() {
-  // Leaked on purpose, as the dispatcher's own registrations are.
-  static auto* handles = new std::vector<c10::RegistrationHandleRAII>();
-  DropOverrideWarning quiet(c10::WarningUtils::get_warning_handler());
-  c10::WarningUtils::WarningHandlerGuard guard(&quiet);
   for (const c10::OperatorName& name : c10::Dispatcher::singleton().getAllOpNames()) {
     const std::optional<c10::OperatorHandle> op = c10::Dispatcher::singleton().findOp(name);
     if (!op || !op->hasSchema() || name.name.rfind("aten::", 0) != 0 ||
@@ -79,14 +75,11 @@ void RegisterDispatchModeFactories() {
         op->hasKernelForDispatchKey(c10::DispatchKey::PythonTLSSnapshot)) {
       continue;
     }
-    handles->push_back(c10::Dispatcher::singleton().registerImpl(
-        name,
-        c10::DispatchKey::PythonTLSSnapshot,
-        c10::KernelFunction::makeFromBoxedFunctor(std::make_unique<FunctionalUnderModes>(
-            op->getComputedKernelForDispatchKey(c10::DispatchKey::PythonTLSSnapshot))),
-        std::nullopt,
-        nullptr,
-        "lazyfuse: lazy tensors made under a TorchDispatchMode are functional"));
+    OverrideKernel(name,
+                   c10::DispatchKey::PythonTLSSnapshot,
+                   std::make_unique<FunctionalUnderModes>(
+                       op->getComputedKernelForDispatchKey(c10::DispatchKey::PythonTLSSnapshot)),
+                   "lazyfuse: lazy tensors made under a TorchDispatchMode are functional");
   }
 }
 

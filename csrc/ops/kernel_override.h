@@ -1,8 +1,11 @@
 #pragma once
 
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/util/Exception.h>
 
+#include <memory>
 #include <string>
+#include <vector>
 
 namespace lazyfuse {
 
@@ -22,5 +25,25 @@ class DropOverrideWarning : public c10::WarningHandler {
  private:
   c10::WarningHandler* next_;
 };
+
+// Registers `kernel` for `name` at `key` in place of the kernel there, which
+// the caller took (getComputedKernelForDispatchKey) to call on. Leaked on
+// purpose, as the dispatcher's own registrations are.
+template <class Kernel>
+void OverrideKernel(const c10::OperatorName& name,
+                    c10::DispatchKey key,
+                    std::unique_ptr<Kernel> kernel,
+                    const char* why) {
+  static auto* handles = new std::vector<c10::RegistrationHandleRAII>();
+  DropOverrideWarning quiet(c10::WarningUtils::get_warning_handler());
+  c10::WarningUtils::WarningHandlerGuard guard(&quiet);
+  handles->push_back(c10::Dispatcher::singleton().registerImpl(
+      name,
+      key,
+      c10::KernelFunction::makeFromBoxedFunctor(std::move(kernel)),
+      std::nullopt,
+      nullptr,
+      why));
+}
 
 }  // namespace lazyfuse

@@ -204,10 +204,6 @@ void CheckWriteTargets(const std::string& op_name, const std::vector<at::Tensor>
 }
 
 void RegisterRepeatingViewChecks() {
-  // Leaked on purpose, as the dispatcher's own registrations are.
-  static auto* handles = new std::vector<c10::RegistrationHandleRAII>();
-  DropOverrideWarning quiet(c10::WarningUtils::get_warning_handler());
-  c10::WarningUtils::WarningHandlerGuard guard(&quiet);
   for (const c10::OperatorName& name : c10::Dispatcher::singleton().getAllOpNames()) {
     const std::optional<c10::OperatorHandle> op = c10::Dispatcher::singleton().findOp(name);
     if (!op || !op->hasSchema() || name.name.rfind("aten::", 0) != 0 ||
@@ -219,15 +215,12 @@ void RegisterRepeatingViewChecks() {
     if (written.empty()) {
       continue;
     }
-    handles->push_back(c10::Dispatcher::singleton().registerImpl(
-        name,
-        c10::DispatchKey::Functionalize,
-        c10::KernelFunction::makeFromBoxedFunctor(std::make_unique<CheckedWrite>(
-            op->getComputedKernelForDispatchKey(c10::DispatchKey::Functionalize),
-            std::move(written))),
-        std::nullopt,
-        nullptr,
-        "lazyfuse: no write through a view that repeats an element"));
+    OverrideKernel(name,
+                   c10::DispatchKey::Functionalize,
+                   std::make_unique<CheckedWrite>(
+                       op->getComputedKernelForDispatchKey(c10::DispatchKey::Functionalize),
+                       std::move(written)),
+                   "lazyfuse: no write through a view that repeats an element");
   }
 }
 

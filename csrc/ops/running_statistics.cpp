@@ -56,21 +56,15 @@ class ReportedStatisticWrites final : public c10::OperatorKernel {
 }  // namespace
 
 void RegisterRunningStatisticWrites() {
-  // Leaked on purpose, as the dispatcher's own registrations are.
-  static auto* handles = new std::vector<c10::RegistrationHandleRAII>();
   const std::optional<c10::OperatorHandle> op =
       c10::Dispatcher::singleton().findOp({"aten::native_batch_norm", ""});
   TORCH_INTERNAL_ASSERT(op.has_value());  // its Functionalize kernel is the fallback
-  DropOverrideWarning quiet(c10::WarningUtils::get_warning_handler());
-  c10::WarningUtils::WarningHandlerGuard guard(&quiet);
-  handles->push_back(c10::Dispatcher::singleton().registerImpl(
-      op->operator_name(),
-      c10::DispatchKey::Functionalize,
-      c10::KernelFunction::makeFromBoxedFunctor(std::make_unique<ReportedStatisticWrites>(
-          op->getComputedKernelForDispatchKey(c10::DispatchKey::Functionalize))),
-      std::nullopt,
-      nullptr,
-      "lazyfuse: native_batch_norm's running statistics are written through functionalization"));
+  OverrideKernel(op->operator_name(),
+                 c10::DispatchKey::Functionalize,
+                 std::make_unique<ReportedStatisticWrites>(
+                     op->getComputedKernelForDispatchKey(c10::DispatchKey::Functionalize)),
+                 "lazyfuse: native_batch_norm's running statistics are written through "
+                 "functionalization");
 }
 
 }  // namespace lazyfuse

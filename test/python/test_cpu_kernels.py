@@ -249,6 +249,20 @@ def test_the_source_is_the_cpu_dialect() -> None:
     assert "#pragma omp simd reduction(+:" in kernel["source"]
 
 
+def _run_with_only(env: dict[str, str], code: str) -> subprocess.CompletedProcess[str]:
+    """`code` in a fresh process whose LAZYFUSE_ variables are `env`'s only."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("LAZYFUSE_")}
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    return out
+
+
 @pytest.mark.parametrize(
     ("env", "fused"),
     [({}, True), ({"LAZYFUSE_CPU_KERNELS": "0"}, False), ({"LAZYFUSE_FUSION": "0"}, False)],
@@ -263,15 +277,7 @@ def test_on_by_default_and_off_by_either_switch(env: dict[str, str], fused: bool
         "assert y.cpu().eq(24).all()\n"
         "print(lazyfuse.metrics.counter_value('LazyFuseKernelLaunches'))\n"
     )
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("LAZYFUSE_")}
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        env={**clean, **env},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
+    out = _run_with_only(env, code)
     assert (int(out.stdout.split()[-1]) > 0) == fused, out.stderr
 
 
@@ -303,16 +309,7 @@ def test_a_bad_cache_dir_or_compiler_warns_and_kernels_still_run(
     # An unwritable cache directory (a read-only home) made every kernel fall
     # back to its ATen steps; a compiler named that does not exist was
     # passed over without a word.
-    code = KERNEL_RUN
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("LAZYFUSE_")}
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        env={**clean, **env},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
+    out = _run_with_only(env, KERNEL_RUN)
     launches, fallbacks = (int(n) for n in out.stdout.split()[-2:])
     assert launches > 0 and fallbacks == 0, out.stderr
     assert warning in out.stderr
@@ -323,16 +320,7 @@ def test_cache_files_cut_short_are_rebuilt(tmp_path: Path) -> None:
     # inside dlopen, killing every later run with SIGBUS; a damaged
     # precompiled prelude made every later kernel fall back to ATen steps.
     def run() -> str:
-        clean = {k: v for k, v in os.environ.items() if not k.startswith("LAZYFUSE_")}
-        out = subprocess.run(
-            [sys.executable, "-c", KERNEL_RUN],
-            env={**clean, "LAZYFUSE_CACHE_DIR": str(tmp_path)},
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert out.returncode == 0, out.stderr
-        return out.stdout
+        return _run_with_only({"LAZYFUSE_CACHE_DIR": str(tmp_path)}, KERNEL_RUN).stdout
 
     run()
     damaged = [*tmp_path.rglob("*.so"), *tmp_path.rglob("*.gch")]
