@@ -164,12 +164,14 @@ WriteThroughView CheckViewChain(const at::Tensor& functional_view) {
 }
 
 void CheckWriteTarget(const std::string& op_name, const at::Tensor& written) {
-  if (!IsLazyFunctional(written) ||
-      at::functionalization::impl::unsafeGetFunctionalWrapper(written)->isBaseTensor()) {
+  if (!IsLazyFunctional(written)) {
     return;
   }
   const auto& metas =
       at::functionalization::impl::unsafeGetFunctionalWrapper(written)->view_metas();
+  if (metas.empty()) {
+    return;  // a base
+  }
   // torch's functionalization refuses these with a message about torch.compile.
   TORCH_CHECK(
       std::none_of(metas.begin() + 1, metas.end(), [](const auto& m) { return m->is_as_strided; }),

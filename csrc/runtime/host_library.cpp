@@ -281,16 +281,13 @@ std::shared_ptr<HostLibrary> LoadHostLibrary(const HostBuild& build,
   return loaded->GetOrLoad(hash, [&] {
     // dlopen needs a file: written once, beside the kernel sources.
     const std::string path = KernelScratchDir(build.subdir + "/lib") + "/" + hash + ".so";
-    const auto write = [&] {
+    // A file cut short by an earlier run (a full disk, a copy of the cache)
+    // would fault inside dlopen: one whose bytes differ is written again.
+    if (ReadFile(path) != compiled->binary) {
       const std::string temp = path + ".tmp." + std::to_string(::getpid());
       std::ofstream(temp, std::ios::binary)
           .write(compiled->binary.data(), static_cast<std::streamsize>(compiled->binary.size()));
       std::rename(temp.c_str(), path.c_str());
-    };
-    // A file cut short by an earlier run (a full disk, a copy of the cache)
-    // would fault inside dlopen: one whose bytes differ is written again.
-    if (ReadFile(path) != compiled->binary) {
-      write();
     }
     auto library = std::make_shared<HostLibrary>();
     library->handle_ = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);

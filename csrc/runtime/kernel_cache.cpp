@@ -17,6 +17,7 @@
 #include <random>
 #include <sstream>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace lazyfuse {
 namespace {
@@ -130,10 +131,9 @@ std::string KernelScratchDir(const std::string& subdir) {
       // A read-only home (a container's, a cluster's) must not cost the
       // fused kernels: they are built where they can be, and not kept.
       static std::mutex mutex;
-      static auto* warned = new std::unordered_map<std::string, bool>();
+      static auto* warned = new std::unordered_set<std::string>();
       std::lock_guard<std::mutex> lock(mutex);
-      if (!(*warned)[root]) {
-        (*warned)[root] = true;
+      if (warned->insert(root).second) {
         TORCH_WARN("lazyfuse: the kernel cache directory ",
                    root,
                    " cannot be written (",
