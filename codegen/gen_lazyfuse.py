@@ -220,6 +220,11 @@ def dispatcher_arg(type_str: str, expr: str) -> str:
     return expr
 
 
+def _is_scalar(cpp_type: str) -> bool:
+    """at::Scalar or an optional one (not at::ScalarType)."""
+    return re.search(r"\bat::Scalar>?$", cpp_type) is not None
+
+
 @dataclass(frozen=True)
 class GenLazyFuseIR(GenLazyIR):
     """IR nodes whose Lower() emits one ATen step into the lazyfuse Program."""
@@ -332,19 +337,24 @@ class GenLazyFuseIR(GenLazyIR):
         # torchgen hashes only the scalar attributes, so clamp(x, min=t) and
         # clamp(x, max=t) hashed alike and shared a compiled graph. Which
         # optional operands are present is part of the node's identity.
+        # An at::Scalar attribute is hashed by lazyfuse: torch::lazy::Hash of
+        # a complex Scalar calls itself until the stack overflows.
         call = super().node_base_ctor_call(schema)
+        head, sep, tail = call.rpartition("torch::lazy::MHash(")
+        attributes = [a.name for a in schema.filtered_args(values=False, scalars=True)]
+        if not sep or not tail.startswith(", ".join(attributes) + ")"):
+            raise RuntimeError(f"{schema.name}: unexpected node constructor {call}")
         present = [
             f"{a.name}.has_value()"
             for a in schema.filtered_args(values=True, scalars=False)
             if isinstance(a.lazy_type, OptionalCType)
         ]
-        if not present:
-            return call
-        head, sep, tail = call.rpartition("torch::lazy::MHash(")
-        if not sep:
-            raise RuntimeError(f"{schema.name}: unexpected node constructor {call}")
-        joiner = ", " if not tail.startswith(")") else ""
-        return f"{head}{sep}{', '.join(present)}{joiner}{tail}"
+        hashed = [
+            f"lazyfuse::ScalarHash({a.name})" if _is_scalar(a.lazy_type.cpp_type()) else a.name
+            for a in schema.filtered_args(values=False, scalars=True)
+        ]
+        rest = tail[len(", ".join(attributes)) :]
+        return f"{head}{sep}{', '.join(present + hashed)}{rest}"
 
     def can_be_reused_function(self, schema: LazyIrSchema, node_ctor_args: str) -> str:
         checks = []

@@ -70,6 +70,39 @@ def test_signed_zero_scalars_are_distinct(lazy: torch.device) -> None:
         torch.testing.assert_close(out.cpu(), 1.0 / (x * scale))
 
 
+COMPLEX_SCALAR_USES = {
+    "add 0j": lambda t: t + 0j,
+    "add 1+0j": lambda t: t + (1 + 0j),
+    "mul 1+0j": lambda t: t * (1 + 0j),
+    "pad with 1+0j": lambda t: torch.constant_pad_nd(t, (1, 1), 1 + 0j),
+    "fill_ 0j": lambda t: t.clone().fill_(0j),
+    "masked_fill 1+0j": lambda t: t.masked_fill(t.real > 0, 1 + 0j),
+    "real plus 0j": lambda t: t.real + 0j,
+}
+
+
+@pytest.mark.parametrize("use", COMPLEX_SCALAR_USES.values(), ids=COMPLEX_SCALAR_USES.keys())
+def test_complex_scalar_attributes(lazy: torch.device, use) -> None:
+    # A complex 0 or 1 becomes a Scalar node's attribute; torch::lazy::Hash of
+    # a complex Scalar recursed until the process died of a stack overflow.
+    x = torch.randn(3, 4, dtype=torch.complex64)
+    for _ in range(2):  # the second round recycles the nodes
+        out = use(x.to(lazy))
+        lazyfuse.mark_step()
+        torch.testing.assert_close(out.cpu(), use(x))
+
+
+def test_numbers_of_different_types_are_distinct(lazy: torch.device) -> None:
+    x = torch.tensor([1.5, -2.0])
+    lazy_x = x.to(lazy)
+    outs = [lazy_x + 0j, lazy_x + 0, lazy_x + 0.0, lazy_x.long() + 0, lazy_x * 1j, lazy_x * 1]
+    lazyfuse.mark_step()
+    for out, expected in zip(
+        outs, [x + 0j, x + 0, x + 0.0, x.long() + 0, x * 1j, x * 1], strict=True
+    ):
+        torch.testing.assert_close(out.cpu(), expected)
+
+
 def test_steady_training_step_builds_no_new_nodes(lazy: torch.device) -> None:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2)).to(lazy)
