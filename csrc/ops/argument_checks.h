@@ -65,6 +65,8 @@ void check_arguments_scatter(const at::Tensor& self, int64_t dim, const at::Tens
 void check_arguments_scatter(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src);
 void check_arguments_scatter(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src, c10::string_view reduce);
 void check_arguments_hardtanh(const at::Tensor& self, const at::Scalar& min_val, const at::Scalar& max_val);
+void check_arguments_abs(const at::Tensor& self);
+void check_arguments_relu(const at::Tensor& self);
 void check_arguments_pow(const at::Tensor& self, const at::Scalar& exponent);
 void check_arguments_pow(const at::Tensor& self, const at::Tensor& exponent);
 void check_arguments_pow(const at::Scalar& self, const at::Tensor& exponent);

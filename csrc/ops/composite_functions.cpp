@@ -146,6 +146,8 @@ at::Tensor LazyNativeFunctions::trace(const at::Tensor& self) {
   TORCH_LAZY_FN_COUNTER("lazy::");
   CheckOnLazyDevice("aten::trace", "self", self);
   TORCH_CHECK(self.dim() == 2, "trace: expected a matrix, but got tensor with dim ", self.dim());
+  TORCH_CHECK_NOT_IMPLEMENTED(self.scalar_type() != at::kBool,
+                              "aten::trace: not implemented for 'Bool'");
   // sum promotes integer dtypes to int64, as eager's trace does.
   return at::sum(at::diagonal_copy(self));
 }

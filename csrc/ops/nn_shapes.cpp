@@ -6,6 +6,7 @@
 // stand-ins of its inputs, so shapes, dtypes and argument errors are eager's; a backward with no
 // meta kernel returns its input's shape, as ATen's do.
 
+#include <ATen/ExpandUtils.h>
 #include <ATen/Functions.h>
 
 #include "ops/meta_tensors.h"
@@ -231,6 +232,15 @@ std::vector<Shape> compute_shape_col2im(const at::Tensor& self,
 }  // namespace torch::lazy
 
 namespace lazyfuse {
+
+std::vector<torch::lazy::Shape> compute_shape_native_dropout_backward(const at::Tensor& grad_output,
+                                                                      const at::Tensor& mask,
+                                                                      double scale) {
+  // grad_output * mask * scale: an integer gradient times the float scale
+  // gives the default dtype, where torch's shape function keeps the integer.
+  return {torch::lazy::Shape(at::result_type(grad_output, scale),
+                             at::infer_size(grad_output.sizes(), mask.sizes()))};
+}
 
 std::vector<torch::lazy::Shape> compute_shape_convolution_backward(
     const at::Tensor& grad_output,

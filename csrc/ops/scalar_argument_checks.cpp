@@ -53,6 +53,12 @@ void CheckFits(const char* op,
   }
 }
 
+// Eager's kernel has no bool instance (it raises NotImplementedError); a
+// fused kernel would compute one.
+void RefuseBool(const char* op, at::ScalarType dtype) {
+  TORCH_CHECK_NOT_IMPLEMENTED(dtype != at::kBool, op, ": not implemented for 'Bool'");
+}
+
 // Half and bfloat16 kernels take some such scalars (addcmul's value) in float.
 at::ScalarType OpMath(at::ScalarType dtype) {
   return at::isReducedFloatingType(dtype) ? at::kFloat : dtype;
@@ -99,22 +105,30 @@ void check_arguments_clamp(const at::Tensor& self,
                            const std::optional<at::Scalar>& min,
                            const std::optional<at::Scalar>& max) {
   const at::ScalarType dtype = Promoted(self, min, max);
+  RefuseBool("aten::clamp", dtype);
   CheckFits("aten::clamp", "min", min, dtype);
   CheckFits("aten::clamp", "max", max, dtype);
 }
 
-// Tensor bounds are operands, cast as any operand is.
-void check_arguments_clamp(const at::Tensor& /*self*/,
-                           const std::optional<at::Tensor>& /*min*/,
-                           const std::optional<at::Tensor>& /*max*/) {}
+// Tensor bounds are operands, cast as any operand is. One bound alone is
+// maximum or minimum, which take bool.
+void check_arguments_clamp(const at::Tensor& self,
+                           const std::optional<at::Tensor>& min,
+                           const std::optional<at::Tensor>& max) {
+  if (min.has_value() && min->defined() && max.has_value() && max->defined()) {
+    RefuseBool("aten::clamp", at::promoteTypes(at::result_type(self, *min), max->scalar_type()));
+  }
+}
 
 void check_arguments_clamp_min(const at::Tensor& self, const at::Scalar& min) {
+  RefuseBool("aten::clamp_min", Promoted(self, min, std::nullopt));
   CheckFits("aten::clamp_min", "min", min, Promoted(self, min, std::nullopt));
 }
 
 void check_arguments_clamp_min(const at::Tensor& /*self*/, const at::Tensor& /*min*/) {}
 
 void check_arguments_clamp_max(const at::Tensor& self, const at::Scalar& max) {
+  RefuseBool("aten::clamp_max", Promoted(self, max, std::nullopt));
   CheckFits("aten::clamp_max", "max", max, Promoted(self, max, std::nullopt));
 }
 
@@ -123,6 +137,7 @@ void check_arguments_clamp_max(const at::Tensor& /*self*/, const at::Tensor& /*m
 void check_arguments_threshold(const at::Tensor& self,
                                const at::Scalar& threshold,
                                const at::Scalar& value) {
+  RefuseBool("aten::threshold", self.scalar_type());
   CheckFits("aten::threshold", "threshold", threshold, OpMath(self.scalar_type()));
   CheckFits("aten::threshold", "value", value, OpMath(self.scalar_type()));
 }
@@ -131,6 +146,7 @@ void check_arguments_addcmul(const at::Tensor& self,
                              const at::Tensor& tensor1,
                              const at::Tensor& tensor2,
                              const at::Scalar& value) {
+  RefuseBool("aten::addcmul", PointwiseDtype(self, tensor1, tensor2));
   CheckFits("aten::addcmul", "value", value, OpMath(PointwiseDtype(self, tensor1, tensor2)));
 }
 
@@ -163,11 +179,34 @@ void check_arguments_scatter(const at::Tensor& self,
   check_arguments_scatter(self, dim, index, value);
 }
 
+// Eager's rules: an integer tensor takes its limits truncated to integers
+// (so -0.5 is 0 even for uint8), and uint8 refuses a negative one.
 void check_arguments_hardtanh(const at::Tensor& self,
                               const at::Scalar& min_val,
                               const at::Scalar& max_val) {
-  CheckFits("aten::hardtanh", "min_val", min_val, self.scalar_type());
-  CheckFits("aten::hardtanh", "max_val", max_val, self.scalar_type());
+  const at::ScalarType dtype = self.scalar_type();
+  TORCH_CHECK(dtype != at::kBool, "aten::hardtanh: Bool inputs not supported for hardtanh");
+  if (!at::isIntegralType(dtype, /*includeBool=*/false)) {
+    CheckFits("aten::hardtanh", "min_val", min_val, dtype);
+    CheckFits("aten::hardtanh", "max_val", max_val, dtype);
+    return;
+  }
+  CheckFits("aten::hardtanh", "min_val", min_val, at::kLong);
+  CheckFits("aten::hardtanh", "max_val", max_val, at::kLong);
+  const int64_t min_limit = min_val.toLong();
+  const int64_t max_limit = max_val.toLong();
+  TORCH_CHECK(dtype != at::kByte || (min_limit >= 0 && max_limit >= 0),
+              "aten::hardtanh: cannot do hardtanh on an unsigned type with negative limits");
+  CheckFits("aten::hardtanh", "min_val", at::Scalar(min_limit), dtype);
+  CheckFits("aten::hardtanh", "max_val", at::Scalar(max_limit), dtype);
+}
+
+void check_arguments_abs(const at::Tensor& self) {
+  RefuseBool("aten::abs", self.scalar_type());
+}
+
+void check_arguments_relu(const at::Tensor& self) {
+  TORCH_CHECK(self.scalar_type() != at::kBool, "aten::relu: Boolean inputs not supported for relu");
 }
 
 void check_arguments_pow(const at::Tensor& self, const at::Scalar& exponent) {

@@ -392,8 +392,9 @@ std::vector<Shape> compute_shape_std_mean(const at::Tensor& self,
   if (auto shape = FloatingReduction(self, dim, keepdim)) {
     return {*shape, *shape};
   }
-  const Shape shape = ShapeOf(at::var(OnMeta(self), dim, correction, keepdim));
-  return {shape, shape};
+  // A complex input's deviation is real and its mean complex.
+  const auto [deviation, mean] = at::var_mean(OnMeta(self), dim, correction, keepdim);
+  return {ShapeOf(deviation), ShapeOf(mean)};
 }
 
 std::vector<Shape> compute_shape_var_mean(const at::Tensor& self,

@@ -109,4 +109,9 @@ std::vector<torch::lazy::Shape> compute_shape_convolution_backward(
     at::IntArrayRef output_padding,
     int64_t groups,
     std::array<bool, 3> output_mask);
+
+// torch's keeps an integer gradient's dtype; eager's result is floating.
+std::vector<torch::lazy::Shape> compute_shape_native_dropout_backward(const at::Tensor& grad_output,
+                                                                      const at::Tensor& mask,
+                                                                      double scale);
 }  // namespace lazyfuse

@@ -155,6 +155,17 @@ REFUSED: dict[str, tuple[str, Callable[..., object], Callable[[], tuple]]] = {
         lambda a: F.hardtanh(a, -BIG, BIG),
         lambda: (_ints(),),
     ),
+    "uint8 hardtanh, min -1.5 (truncated to -1)": (
+        "aten::hardtanh",
+        lambda a: F.hardtanh(a.to(torch.uint8), -1.5, 2.0),
+        lambda: (_ints(),),
+    ),
+    "int8 hardtanh, max 1000": (
+        "aten::hardtanh",
+        lambda a: F.hardtanh(a.to(torch.int8), 0, 1000),
+        lambda: (_ints(),),
+    ),
+    "bool hardtanh": ("aten::hardtanh", lambda a: F.hardtanh(a > 1), lambda: (_ints(),)),
     "int8 pow 300": ("aten::pow", lambda a: a.to(torch.int8).pow(300), lambda: (_ints(),)),
     "int64 masked_fill with a complex": (
         "aten::masked_fill",
@@ -227,6 +238,14 @@ ACCEPTED: dict[str, tuple[Callable[..., torch.Tensor], Callable[[], tuple]]] = {
     "int32 clamp with tensor bounds": (
         lambda a, b: a.clamp(max=b),
         lambda: (_ints(), torch.tensor([2, 2, 2], dtype=torch.int32)),
+    ),
+    "uint8 hardtanh, min -0.5 (truncated to 0)": (
+        lambda a: F.hardtanh(a.to(torch.uint8), -0.5, 2.0),
+        lambda: (_ints(),),
+    ),
+    "int32 hardtanh, limits 0.5 and 2.7 (truncated)": (
+        lambda a: F.hardtanh(a - 2, 0.5, 2.7),
+        lambda: (_ints(),),
     ),
     "half clamp at 6e4": (lambda a: a.half().clamp(max=6e4), lambda: (_ints(),)),
     "half addcmul value 1e10 (taken in float)": (

@@ -1,0 +1,133 @@
+"""OpInfo samples of every claimed entry in the dtypes test_opinfo.py leaves out.
+
+- In each dtype an entry's OpInfo says eager lacks, the lazy op raises where
+  eager raises, with eager's exception type, and returns eager's values where
+  eager does not raise. A fused kernel computes any dtype it is given, so a
+  lazy op used to return a value where eager refuses (abs of a bool tensor).
+- The forward of the first samples in int8, int16 and complex64 equals
+  eager's: a shape function's dtype that was wrong only there (var_mean's
+  complex mean) stopped the graph. Complex ops may fall back to eager here;
+  test_opinfo.py counts fallbacks in the claimed dtypes.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import pytest
+import torch
+from torch.utils._pytree import tree_flatten, tree_map
+
+import lazyfuse
+from conftest import REFERENCE_DEVICE
+from test_opinfo import (
+    CLAIMED,
+    DTYPES,
+    SAMPLE_SKIPS,
+    _spelling,
+    _to_lazy,
+    opinfo_entry,
+    run_sample,
+)
+
+ALL_DTYPES = [*DTYPES, torch.float16, torch.bfloat16, torch.int16, torch.int8, torch.complex64]
+EXTRA_DTYPES = [torch.int16, torch.int8, torch.complex64]
+EXTRA_SAMPLES = 3
+
+# (name, variant, dtype) -> why the forward differs from eager.
+EXTRA_XFAIL: dict[tuple[str, str, torch.dtype], str] = {
+    ("isinf", "", torch.complex64): (
+        "complex isinf reads view_as_real, a view with no lazy lowering; lazy raises a"
+        " message naming it"
+    ),
+}
+
+
+def _entries() -> list[Any]:
+    return [
+        pytest.param(opinfo_entry(name, variant), id=_spelling(name, variant))
+        for name, variant in CLAIMED
+    ]
+
+
+def _first_sample(op: Any, dtype: torch.dtype) -> Any | None:
+    try:
+        return next(iter(op.sample_inputs(REFERENCE_DEVICE, dtype, requires_grad=False)), None)
+    except Exception:  # noqa: BLE001 - OpInfo cannot build samples of every dtype
+        return None
+
+
+def _outcome(call: Any, *args: Any, **kwargs: Any) -> BaseException | None:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            call(*args, **kwargs)
+    except Exception as error:  # noqa: BLE001 - the outcome is compared by the caller
+        return error
+    return None
+
+
+@pytest.mark.parametrize("op", _entries())
+def test_refuses_the_dtypes_eager_refuses(op: Any, lazy: torch.device) -> None:
+    supported = op.supported_dtypes(REFERENCE_DEVICE)
+    failures = []
+    for dtype in ALL_DTYPES:
+        sample = None if dtype in supported else _first_sample(op, dtype)
+        if sample is None:
+            continue
+        torch.manual_seed(0)
+        eager = _outcome(op, sample.input, *sample.args, **sample.kwargs)
+        torch.manual_seed(0)
+        lazy_error = _outcome(run_sample, op, sample, lazy)
+        lazyfuse.mark_step()  # the process stays usable after either
+        if eager is None and lazy_error is not None:
+            failures.append(f"{dtype}: eager runs, lazy raised {lazy_error!r:.300}")
+        elif eager is not None and lazy_error is None:
+            failures.append(f"{dtype}: eager raised {eager!r:.200}, lazy ran")
+        elif eager is not None and not isinstance(lazy_error, type(eager)):
+            failures.append(f"{dtype}: eager raised {eager!r:.200}, lazy {lazy_error!r:.200}")
+    assert not failures, "\n".join(failures)
+
+
+def _extra_cases() -> list[Any]:
+    cases = []
+    for name, variant in CLAIMED:
+        op = opinfo_entry(name, variant)
+        for dtype in EXTRA_DTYPES:
+            if dtype not in op.supported_dtypes(REFERENCE_DEVICE):
+                continue
+            reason = EXTRA_XFAIL.get((name, variant, dtype))
+            marks = [pytest.mark.xfail(reason=reason, strict=True)] if reason else []
+            test_id = f"{_spelling(name, variant)}-{str(dtype).removeprefix('torch.')}"
+            cases.append(pytest.param(op, dtype, marks=marks, id=test_id))
+    return cases
+
+
+def _forward_matches(op: Any, sample: Any, lazy: torch.device) -> None:
+    expected = op(sample.input, *sample.args, **sample.kwargs)
+    actual = op(
+        *tree_map(lambda v: _to_lazy(v, lazy), (sample.input, *sample.args)),
+        **tree_map(lambda v: _to_lazy(v, lazy), sample.kwargs),
+    )
+    lazyfuse.mark_step()
+    expected_flat, _ = tree_flatten(expected)
+    actual_flat, _ = tree_flatten(actual)
+    for e, a in zip(expected_flat, actual_flat, strict=True):
+        if isinstance(e, torch.Tensor):
+            torch.testing.assert_close(a.cpu(), e.cpu(), equal_nan=True)
+        else:
+            assert a == e
+
+
+@pytest.mark.parametrize(("op", "dtype"), _extra_cases())
+def test_first_samples_in_other_dtypes(op: Any, dtype: torch.dtype, lazy: torch.device) -> None:
+    samples = list(op.sample_inputs(REFERENCE_DEVICE, dtype, requires_grad=False))
+    skip = SAMPLE_SKIPS.get((op.name, op.variant_test_name))
+    if skip:
+        samples = [sample for sample in samples if not skip[0](sample)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # fallback warnings
+        for index, sample in enumerate(samples[:EXTRA_SAMPLES]):
+            torch.manual_seed(index)
+            _forward_matches(op, sample, lazy)
