@@ -80,11 +80,13 @@ from lazyfuse import (  # noqa: E402, F401
     metrics,
     module_conversion,
     optim,
+    serialization,
 )
 from lazyfuse import replay as replay_module  # noqa: E402
 from lazyfuse.amp import autocast  # noqa: E402
 
 amp.install_torch_autocast()
+serialization.install()
 
 __all__ = [
     "add_step_closure",
@@ -102,23 +104,6 @@ __all__ = [
     "sync",
     "wait_device_ops",
 ]
-
-_tensor_reduce_ex = torch.Tensor.__reduce_ex__
-
-
-def _reduce_ex(self: torch.Tensor, protocol: int) -> object:
-    # Lazy tensors have no storage to pickle: torch.save() writes their value
-    # as a CPU tensor, which torch.load() returns on the CPU and
-    # load_state_dict() copies back onto the lazy device.
-    if self.device.type == "lazy":
-        value = self.detach().cpu()
-        if isinstance(self, torch.nn.Parameter):
-            value = torch.nn.Parameter(value, requires_grad=self.requires_grad)
-        return _tensor_reduce_ex(value, protocol)
-    return _tensor_reduce_ex(self, protocol)
-
-
-torch.Tensor.__reduce_ex__ = _reduce_ex  # type: ignore[method-assign]
 
 
 def lazy_device(index: int = 0) -> torch.device:

@@ -7,7 +7,11 @@ swap-on-conversion on for the whole process), a BatchNorm step's running
 statistics read right through the buffer but stale through `detach()`, so
 `state_dict()`, and every checkpoint saved after resuming, held the
 statistics from before the resumed steps. Both are mended: the write
-reaches every view, and `load_state_dict` copies in place again."""
+reaches every view, and `load_state_dict` copies in place again.
+
+Also found from outside: `torch.load(f, map_location=lazy_device)` raised
+"don't know how to restore data location"; it loads onto the lazy device
+(python/lazyfuse/serialization.py)."""
 
 from __future__ import annotations
 
@@ -62,7 +66,8 @@ def _resumed(device: torch.device, replay: bool) -> list[torch.Tensor]:
     saved = io.BytesIO()
     torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, saved)
     saved.seek(0)
-    checkpoint = torch.load(saved, weights_only=True)
+    # As a script written for CUDA loads: onto the device it trains on.
+    checkpoint = torch.load(saved, map_location=device, weights_only=True)
     resumed = copy.deepcopy(init).to(device)
     resumed_optimizer = torch.optim.SGD(resumed.parameters(), lr=0.05, momentum=0.9)
     resumed.load_state_dict(checkpoint["model"])
@@ -104,3 +109,45 @@ def test_every_view_of_a_running_statistic_sees_the_step(through: str, lazy: tor
 
     for got, expected in zip(statistics(lazy), statistics(torch.device("cpu")), strict=True):
         torch.testing.assert_close(got, expected)
+
+
+@pytest.mark.parametrize("location", ["device", "lazy", "lazy:0"])
+def test_load_maps_onto_the_lazy_device(location: str, lazy: torch.device) -> None:
+    torch.manual_seed(0)
+    shared = torch.randn(3)
+    weight = nn.Parameter(torch.randn(2, 3))
+    frozen = nn.Parameter(torch.randn(2), requires_grad=False)
+    saved = io.BytesIO()
+    torch.save({"a": shared, "again": shared, "w": [weight, (frozen, 7)], "step": 5}, saved)
+    saved.seek(0)
+    loaded = torch.load(saved, map_location=lazy if location == "device" else location)
+    assert loaded["step"] == 5
+    assert loaded["again"] is loaded["a"]
+    loaded_weight, (loaded_frozen, seven) = loaded["w"][0], loaded["w"][1]
+    assert seven == 7
+    assert isinstance(loaded_weight, nn.Parameter) and loaded_weight.requires_grad
+    assert isinstance(loaded_frozen, nn.Parameter) and not loaded_frozen.requires_grad
+    for got, expected in [(loaded["a"], shared), (loaded_weight, weight), (loaded_frozen, frozen)]:
+        assert got.device == lazy
+        torch.testing.assert_close(got.cpu(), expected.detach())
+
+
+def test_load_maps_a_whole_module_onto_the_lazy_device(lazy: torch.device) -> None:
+    model = _model()
+    saved = io.BytesIO()
+    torch.save(model, saved)
+    saved.seek(0)
+    loaded = torch.load(saved, map_location=lazy, weights_only=False)
+    assert {p.device for p in loaded.parameters()} == {lazy}
+    x = _batch(1, torch.device("cpu"))
+    torch.testing.assert_close(loaded.eval()(x.to(lazy)).cpu(), model.eval()(x))
+
+
+def test_a_storage_mapped_to_the_lazy_device_by_name_raises(lazy: torch.device) -> None:
+    saved = io.BytesIO()
+    torch.save(torch.ones(2), saved)
+    saved.seek(0)
+    with pytest.raises(RuntimeError, match="lazyfuse: torch.load cannot map a storage"):
+        torch.load(saved, map_location={"cpu": "lazy"})
+    saved.seek(0)
+    torch.testing.assert_close(torch.load(saved, map_location=lazy).cpu(), torch.ones(2))
