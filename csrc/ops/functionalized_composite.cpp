@@ -192,6 +192,15 @@ class AtenComposite final : public c10::OperatorKernel {
   std::atomic<bool> ran_{false};
 };
 
+bool WrapsAScalar(const c10::FunctionSchema& schema) {
+  for (const c10::Argument& argument : schema.arguments()) {
+    if (argument.type()->kind() == c10::TypeKind::NumberType) {
+      return true;
+    }
+  }
+  return false;
+}
+
 // Note [aten composites on bare lazy tensors]: an aten op without a lazy
 // lowering whose only kernel is a CompositeExplicitAutograd one runs that
 // kernel at the Lazy key, below functionalization. Most such kernels
@@ -202,15 +211,18 @@ class AtenComposite final : public c10::OperatorKernel {
 // backend kernels in all but name: they call a CPU or CUDA kernel directly
 // (kaiser_window), resize a view (fft_fftfreq), read a tensor's address
 // (_grouped_mm's alignment check) or its storage; such an op falls back to
-// eager, as an op without a lowering does. Pointwise composites only wrap a scalar, and
-// random ones are ops/random.cpp's, so neither is wrapped.
+// eager, as an op without a lowering does. A pointwise composite with a
+// Scalar argument only wraps the scalar (add.Scalar, on a hot path), and
+// random ones are ops/random.cpp's, so neither is wrapped. Other pointwise
+// ones are: isinf of a complex tensor reads its real and imag views.
 bool NeedsAtenComposite(const c10::OperatorHandle& op) {
   const auto name_space = op.operator_name().getNamespace();
   return name_space.has_value() && *name_space == "aten" && op.hasSchema() &&
          IsFunctionalSchema(op.schema()) &&
          op.hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) &&
          !op.hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd) &&
-         !op.hasKernelForDispatchKey(c10::DispatchKey::Lazy) && !op.hasTag(at::Tag::pointwise) &&
+         !op.hasKernelForDispatchKey(c10::DispatchKey::Lazy) &&
+         !(op.hasTag(at::Tag::pointwise) && WrapsAScalar(op.schema())) &&
          !op.hasTag(at::Tag::nondeterministic_seeded);
 }
 

@@ -36,12 +36,7 @@ EXTRA_DTYPES = [torch.int16, torch.int8, torch.complex64]
 EXTRA_SAMPLES = 3
 
 # (name, variant, dtype) -> why the forward differs from eager.
-EXTRA_XFAIL: dict[tuple[str, str, torch.dtype], str] = {
-    ("isinf", "", torch.complex64): (
-        "complex isinf reads view_as_real, a view with no lazy lowering; lazy raises a"
-        " message naming it"
-    ),
-}
+EXTRA_XFAIL: dict[tuple[str, str, torch.dtype], str] = {}
 
 
 def _entries() -> list[Any]:
