@@ -93,8 +93,14 @@ std::vector<Shape> compute_shape_multi_margin_loss(const at::Tensor& self,
                                                    const at::Scalar& margin,
                                                    const std::optional<at::Tensor>& weight,
                                                    int64_t reduction) {
-  return {ShapeOf(
-      at::multi_margin_loss(OnMeta(self), OnMeta(target), p, margin, OnMeta(weight), reduction))};
+  const Shape shape = ShapeOf(
+      at::multi_margin_loss(OnMeta(self), OnMeta(target), p, margin, OnMeta(weight), reduction));
+  // The meta kernel gives [1] for a 0-dim target unreduced; eager's kernels
+  // give a 0-dim loss.
+  if (reduction == at::Reduction::None && target.dim() == 0) {
+    return {Shape(shape.scalar_type(), {})};
+  }
+  return {shape};
 }
 
 std::vector<Shape> compute_shape_multi_margin_loss_backward(

@@ -204,6 +204,24 @@ def run_sample(
     assert fallbacks == {}, f"fell back to eager: {fallbacks}"
 
 
+def run_forward(op: Any, sample: Any, lazy: torch.device) -> None:
+    """The sample's forward against eager; fallbacks allowed."""
+    expected = op(sample.input, *sample.args, **sample.kwargs)
+    actual = op(
+        *tree_map(lambda v: _to_lazy(v, lazy), (sample.input, *sample.args)),
+        **tree_map(lambda v: _to_lazy(v, lazy), sample.kwargs),
+    )
+    lazyfuse.mark_step()
+    tolerance = TOLERANCES.get((op.name, op.variant_test_name), {})
+    expected_flat, _ = tree_flatten(expected)
+    actual_flat, _ = tree_flatten(actual)
+    for e, a in zip(expected_flat, actual_flat, strict=True):
+        if isinstance(e, torch.Tensor):
+            torch.testing.assert_close(a.cpu(), e.cpu(), equal_nan=True, **tolerance)
+        else:
+            assert a == e
+
+
 def run_and_tally(op: Any, samples: list[Any], dtype: torch.dtype, lazy: torch.device) -> list[str]:
     """Runs every sample; returns the failures and counts passes in TALLY."""
     failures = []

@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 import torch
-from torch.utils._pytree import tree_flatten, tree_map
 
 import lazyfuse
 from conftest import REFERENCE_DEVICE
@@ -26,8 +25,8 @@ from test_opinfo import (
     DTYPES,
     SAMPLE_SKIPS,
     _spelling,
-    _to_lazy,
     opinfo_entry,
+    run_forward,
     run_sample,
 )
 
@@ -99,22 +98,6 @@ def _extra_cases() -> list[Any]:
     return cases
 
 
-def _forward_matches(op: Any, sample: Any, lazy: torch.device) -> None:
-    expected = op(sample.input, *sample.args, **sample.kwargs)
-    actual = op(
-        *tree_map(lambda v: _to_lazy(v, lazy), (sample.input, *sample.args)),
-        **tree_map(lambda v: _to_lazy(v, lazy), sample.kwargs),
-    )
-    lazyfuse.mark_step()
-    expected_flat, _ = tree_flatten(expected)
-    actual_flat, _ = tree_flatten(actual)
-    for e, a in zip(expected_flat, actual_flat, strict=True):
-        if isinstance(e, torch.Tensor):
-            torch.testing.assert_close(a.cpu(), e.cpu(), equal_nan=True)
-        else:
-            assert a == e
-
-
 @pytest.mark.parametrize(("op", "dtype"), _extra_cases())
 def test_first_samples_in_other_dtypes(op: Any, dtype: torch.dtype, lazy: torch.device) -> None:
     samples = list(op.sample_inputs(REFERENCE_DEVICE, dtype, requires_grad=False))
@@ -125,4 +108,4 @@ def test_first_samples_in_other_dtypes(op: Any, dtype: torch.dtype, lazy: torch.
         warnings.simplefilter("ignore")  # fallback warnings
         for index, sample in enumerate(samples[:EXTRA_SAMPLES]):
             torch.manual_seed(index)
-            _forward_matches(op, sample, lazy)
+            run_forward(op, sample, lazy)
