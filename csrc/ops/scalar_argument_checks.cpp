@@ -121,15 +121,17 @@ void check_arguments_clamp(const at::Tensor& self,
 }
 
 void check_arguments_clamp_min(const at::Tensor& self, const at::Scalar& min) {
-  RefuseBool("aten::clamp_min", Promoted(self, min, std::nullopt));
-  CheckFits("aten::clamp_min", "min", min, Promoted(self, min, std::nullopt));
+  const at::ScalarType dtype = Promoted(self, min, std::nullopt);
+  RefuseBool("aten::clamp_min", dtype);
+  CheckFits("aten::clamp_min", "min", min, dtype);
 }
 
 void check_arguments_clamp_min(const at::Tensor& /*self*/, const at::Tensor& /*min*/) {}
 
 void check_arguments_clamp_max(const at::Tensor& self, const at::Scalar& max) {
-  RefuseBool("aten::clamp_max", Promoted(self, max, std::nullopt));
-  CheckFits("aten::clamp_max", "max", max, Promoted(self, max, std::nullopt));
+  const at::ScalarType dtype = Promoted(self, max, std::nullopt);
+  RefuseBool("aten::clamp_max", dtype);
+  CheckFits("aten::clamp_max", "max", max, dtype);
 }
 
 void check_arguments_clamp_max(const at::Tensor& /*self*/, const at::Tensor& /*max*/) {}
