@@ -27,18 +27,38 @@ namespace {
 // masks become long indices through nonzero: the result size depends on the
 // mask's values, so the mask is synced to the host (counted as
 // LazyFuseDataDependentSync).
+// Eager's index checks, which a mask's nonzero positions would skip: a mask
+// shorter than the dims it covers selected from the first rows.
 std::vector<std::optional<at::Tensor>> LazyIndices(
-    const c10::List<std::optional<at::Tensor>>& indices, const c10::Device& device) {
+    const char* op, const at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices) {
   std::vector<std::optional<at::Tensor>> out;
   for (const std::optional<at::Tensor>& index : indices) {
     if (!index.has_value() || !index->defined()) {
       out.emplace_back(std::nullopt);
       continue;
     }
-    at::Tensor lazy_index = index->device() == device ? *index : index->to(device);
-    if (lazy_index.scalar_type() == at::kBool || lazy_index.scalar_type() == at::kByte) {
+    const at::ScalarType type = index->scalar_type();
+    TORCH_CHECK_INDEX(
+        type == at::kLong || type == at::kInt || type == at::kByte || type == at::kBool,
+        op,
+        ": tensors used as indices must be long, int, byte or bool tensors");
+    at::Tensor lazy_index = index->device() == self.device() ? *index : index->to(self.device());
+    if (type == at::kBool || type == at::kByte) {
+      for (int64_t j = 0; j < lazy_index.dim(); ++j) {
+        const int64_t dim = static_cast<int64_t>(out.size()) + j;
+        TORCH_CHECK_INDEX(dim < self.dim() && lazy_index.size(j) == self.size(dim),
+                          op,
+                          ": the shape of the mask ",
+                          lazy_index.sizes(),
+                          " at index ",
+                          j,
+                          " does not match the shape of the indexed tensor ",
+                          self.sizes(),
+                          " at index ",
+                          dim);
+      }
       TORCH_LAZY_COUNTER("LazyFuseDataDependentSync", 1);
-      at::Tensor positions = at::nonzero(lazy_index.cpu()).to(device);
+      at::Tensor positions = at::nonzero(lazy_index.cpu()).to(self.device());
       for (const at::Tensor& column : at::unbind_copy(positions, 1)) {
         out.emplace_back(column);
       }
@@ -186,7 +206,7 @@ c10::List<std::optional<at::Tensor>> MetaIndices(
 at::Tensor LazyNativeFunctions::index(const at::Tensor& self,
                                       const c10::List<std::optional<at::Tensor>>& indices) {
   TORCH_LAZY_FN_COUNTER("lazy::");
-  auto lazy_indices = LazyIndices(indices, self.device());
+  auto lazy_indices = LazyIndices("aten::index", self, indices);
   std::optional<std::vector<int64_t>> sizes = IndexedSizes(self, lazy_indices);
   if (!sizes) {
     sizes = at::index(OnMeta(self), MetaIndices(lazy_indices)).sizes().vec();
@@ -208,7 +228,7 @@ at::Tensor LazyNativeFunctions::index_put(const at::Tensor& self,
                                           const at::Tensor& values,
                                           bool accumulate) {
   TORCH_LAZY_FN_COUNTER("lazy::");
-  auto lazy_indices = LazyIndices(indices, self.device());
+  auto lazy_indices = LazyIndices("aten::index_put", self, indices);
   // Eager checks that values broadcast to the indexed shape when it runs;
   // here it is checked as the op is traced, in eager's words.
   const std::optional<std::vector<int64_t>> indexed = IndexedSizes(self, lazy_indices);

@@ -191,6 +191,39 @@ def test_refused_at_the_call_naming_the_op(case: str) -> None:
     torch.testing.assert_close((lazy_inputs[0] * 2).cpu(), inputs[0] * 2)
 
 
+# Indices eager refuses with IndexError. A boolean mask becomes its nonzero
+# positions, so a mask of the wrong shape selected from the first rows.
+BAD_INDICES = {
+    "mask shorter than its dim": torch.tensor([False, True]),
+    "mask longer than its dim": torch.tensor([True, False, True, True]),
+    "uint8 mask of the wrong shape": torch.tensor([0, 1], dtype=torch.uint8),
+    "2-d mask of the wrong shape": torch.ones(3, 5, dtype=torch.bool),
+    "float index": torch.tensor([0.0, 1.0]),
+    "int8 index": torch.tensor([0, 1], dtype=torch.int8),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_INDICES))
+@pytest.mark.parametrize("write", [False, True], ids=["read", "write"])
+def test_bad_indices_refused_as_eager_refuses(case: str, write: bool) -> None:
+    index = BAD_INDICES[case]
+    op = "aten::index_put" if write else "aten::index"
+
+    def use(x: torch.Tensor, i: torch.Tensor) -> None:
+        if write:
+            x[i] = 2.0
+        else:
+            x[i]  # noqa: B018 - the read is the test
+
+    with pytest.raises(IndexError):
+        use(torch.randn(3, 4), index)
+    lazy_x = torch.randn(3, 4).to(DEV)
+    with pytest.raises(IndexError, match=re.escape(op) + ":"):
+        use(lazy_x, index.to(DEV))
+    lazyfuse.mark_step()
+    assert lazy_x.cpu().shape == (3, 4)
+
+
 # Edges eager accepts: the checks must let them through, with eager's values.
 ACCEPTED: dict[str, tuple[Callable[..., torch.Tensor], Callable[[], tuple]]] = {
     "conv2d, kernel exactly the padded input": (
