@@ -152,6 +152,19 @@ def _differentiable(out: Any) -> list[torch.Tensor]:
     return [t for t in flat if isinstance(t, torch.Tensor) and t.requires_grad]
 
 
+def _assert_outputs_equal(op: Any, expected: Any, actual: Any) -> dict[str, float]:
+    """Compares the op's outputs; returns the tolerance it used."""
+    tolerance = TOLERANCES.get((op.name, op.variant_test_name), {})
+    expected_flat, _ = tree_flatten(expected)
+    actual_flat, _ = tree_flatten(actual)
+    for e, a in zip(expected_flat, actual_flat, strict=True):
+        if isinstance(e, torch.Tensor):
+            torch.testing.assert_close(a.cpu(), e.detach().cpu(), equal_nan=True, **tolerance)
+        else:
+            assert a == e
+    return tolerance
+
+
 def run_sample(
     op: Any,
     sample: Any,
@@ -186,14 +199,7 @@ def run_sample(
         torch.autograd.backward(lazy_diff, moved)
     lazyfuse.mark_step()
 
-    tolerance = TOLERANCES.get((op.name, op.variant_test_name), {})
-    expected_flat, _ = tree_flatten(expected)
-    actual_flat, _ = tree_flatten(actual)
-    for e, a in zip(expected_flat, actual_flat, strict=True):
-        if isinstance(e, torch.Tensor):
-            torch.testing.assert_close(a.cpu(), e.detach().cpu(), equal_nan=True, **tolerance)
-        else:
-            assert a == e
+    tolerance = _assert_outputs_equal(op, expected, actual)
     eager_leaves = _leaves(sample)
     lazy_leaves, _ = tree_flatten((lazy_input, lazy_args, lazy_kwargs))
     lazy_leaves = [t for t in lazy_leaves if isinstance(t, torch.Tensor)]
@@ -212,14 +218,7 @@ def run_forward(op: Any, sample: Any, lazy: torch.device) -> None:
         **tree_map(lambda v: _to_lazy(v, lazy), sample.kwargs),
     )
     lazyfuse.mark_step()
-    tolerance = TOLERANCES.get((op.name, op.variant_test_name), {})
-    expected_flat, _ = tree_flatten(expected)
-    actual_flat, _ = tree_flatten(actual)
-    for e, a in zip(expected_flat, actual_flat, strict=True):
-        if isinstance(e, torch.Tensor):
-            torch.testing.assert_close(a.cpu(), e.cpu(), equal_nan=True, **tolerance)
-        else:
-            assert a == e
+    _assert_outputs_equal(op, expected, actual)
 
 
 def run_and_tally(op: Any, samples: list[Any], dtype: torch.dtype, lazy: torch.device) -> list[str]:
