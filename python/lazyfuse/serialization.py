@@ -55,8 +55,8 @@ def _moved(value: Any, device: torch.device, seen: dict[int, Any]) -> Any:
         return seen[id(value)]
     if isinstance(value, torch.nn.Parameter):
         moved: Any = torch.nn.Parameter(value.detach().to(device), value.requires_grad)
-    elif isinstance(value, torch.Tensor):
-        moved = value.to(device)
+    elif isinstance(value, torch.Tensor):  # a leaf, as torch.load returns it
+        moved = value.detach().to(device).requires_grad_(value.requires_grad)
     elif isinstance(value, torch.nn.Module):
         moved = value.to(device)
     elif isinstance(value, dict):

@@ -118,7 +118,10 @@ def test_load_maps_onto_the_lazy_device(location: str, lazy: torch.device) -> No
     weight = nn.Parameter(torch.randn(2, 3))
     frozen = nn.Parameter(torch.randn(2), requires_grad=False)
     saved = io.BytesIO()
-    torch.save({"a": shared, "again": shared, "w": [weight, (frozen, 7)], "step": 5}, saved)
+    leaf = torch.randn(2, requires_grad=True)
+    torch.save(
+        {"a": shared, "again": shared, "w": [weight, (frozen, 7)], "step": 5, "leaf": leaf}, saved
+    )
     saved.seek(0)
     loaded = torch.load(saved, map_location=lazy if location == "device" else location)
     assert loaded["step"] == 5
@@ -127,6 +130,7 @@ def test_load_maps_onto_the_lazy_device(location: str, lazy: torch.device) -> No
     assert seven == 7
     assert isinstance(loaded_weight, nn.Parameter) and loaded_weight.requires_grad
     assert isinstance(loaded_frozen, nn.Parameter) and not loaded_frozen.requires_grad
+    assert loaded["leaf"].is_leaf and loaded["leaf"].requires_grad
     for got, expected in [(loaded["a"], shared), (loaded_weight, weight), (loaded_frozen, frozen)]:
         assert got.device == lazy
         torch.testing.assert_close(got.cpu(), expected.detach())
