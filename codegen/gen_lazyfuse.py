@@ -341,8 +341,9 @@ class GenLazyFuseIR(GenLazyIR):
         # a complex Scalar calls itself until the stack overflows.
         call = super().node_base_ctor_call(schema)
         head, sep, tail = call.rpartition("torch::lazy::MHash(")
-        attributes = [a.name for a in schema.filtered_args(values=False, scalars=True)]
-        if not sep or not tail.startswith(", ".join(attributes) + ")"):
+        attributes = schema.filtered_args(values=False, scalars=True)
+        torchgen_hashed = ", ".join(a.name for a in attributes)
+        if not sep or not tail.startswith(torchgen_hashed + ")"):
             raise RuntimeError(f"{schema.name}: unexpected node constructor {call}")
         present = [
             f"{a.name}.has_value()"
@@ -351,9 +352,9 @@ class GenLazyFuseIR(GenLazyIR):
         ]
         hashed = [
             f"lazyfuse::ScalarHash({a.name})" if _is_scalar(a.lazy_type.cpp_type()) else a.name
-            for a in schema.filtered_args(values=False, scalars=True)
+            for a in attributes
         ]
-        rest = tail[len(", ".join(attributes)) :]
+        rest = tail[len(torchgen_hashed) :]
         return f"{head}{sep}{', '.join(present + hashed)}{rest}"
 
     def can_be_reused_function(self, schema: LazyIrSchema, node_ctor_args: str) -> str:

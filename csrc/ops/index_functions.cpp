@@ -26,9 +26,8 @@ namespace {
 // The index list with every index on the lazy device as a long tensor. Boolean
 // masks become long indices through nonzero: the result size depends on the
 // mask's values, so the mask is synced to the host (counted as
-// LazyFuseDataDependentSync).
-// Eager's index checks, which a mask's nonzero positions would skip: a mask
-// shorter than the dims it covers selected from the first rows.
+// LazyFuseDataDependentSync). Eager's index checks come first: through its
+// nonzero positions, a mask shorter than the dims it covers selected rows.
 std::vector<std::optional<at::Tensor>> LazyIndices(
     const char* op, const at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices) {
   std::vector<std::optional<at::Tensor>> out;

@@ -23,7 +23,7 @@ from conftest import REFERENCE_DEVICE
 from test_opinfo import (
     CLAIMED,
     DTYPES,
-    SAMPLE_SKIPS,
+    _first_kept_samples,
     _spelling,
     opinfo_entry,
     run_forward,
@@ -33,9 +33,6 @@ from test_opinfo import (
 ALL_DTYPES = [*DTYPES, torch.float16, torch.bfloat16, torch.int16, torch.int8, torch.complex64]
 EXTRA_DTYPES = [torch.int16, torch.int8, torch.complex64]
 EXTRA_SAMPLES = 3
-
-# (name, variant, dtype) -> why the forward differs from eager.
-EXTRA_XFAIL: dict[tuple[str, str, torch.dtype], str] = {}
 
 
 def _entries() -> list[Any]:
@@ -91,21 +88,17 @@ def _extra_cases() -> list[Any]:
         for dtype in EXTRA_DTYPES:
             if dtype not in op.supported_dtypes(REFERENCE_DEVICE):
                 continue
-            reason = EXTRA_XFAIL.get((name, variant, dtype))
-            marks = [pytest.mark.xfail(reason=reason, strict=True)] if reason else []
             test_id = f"{_spelling(name, variant)}-{str(dtype).removeprefix('torch.')}"
-            cases.append(pytest.param(op, dtype, marks=marks, id=test_id))
+            cases.append(pytest.param(op, dtype, id=test_id))
     return cases
 
 
 @pytest.mark.parametrize(("op", "dtype"), _extra_cases())
 def test_first_samples_in_other_dtypes(op: Any, dtype: torch.dtype, lazy: torch.device) -> None:
-    samples = list(op.sample_inputs(REFERENCE_DEVICE, dtype, requires_grad=False))
-    skip = SAMPLE_SKIPS.get((op.name, op.variant_test_name))
-    if skip:
-        samples = [sample for sample in samples if not skip[0](sample)]
+    # No gradients: these dtypes are integer or complex.
+    samples = _first_kept_samples(op, dtype, EXTRA_SAMPLES)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # fallback warnings
-        for index, sample in enumerate(samples[:EXTRA_SAMPLES]):
+        for index, sample in enumerate(samples):
             torch.manual_seed(index)
             run_forward(op, sample, lazy)
