@@ -22,6 +22,7 @@
 #include "ops/host_arguments.h"
 #include "ops/inplace_updates.h"
 #include "ops/repeating_views.h"
+#include "ops/resizes.h"
 #include "ops/running_statistics.h"
 #include "ops/view_layout.h"
 #include "ops/write_records.h"
@@ -78,6 +79,7 @@ void InitLazyFuseBackend() {
     RegisterRepeatingViewChecks();  // last: it wraps every Functionalize kernel of a writing op
     RegisterDispatchModeFactories();
     RegisterRunningStatisticWrites();
+    RegisterLazyResizes();  // after the repeating-view checks, whose kernel it calls
     SetCallSiteFunction(&UserCallSite);
   });
 }

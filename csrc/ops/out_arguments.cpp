@@ -1,9 +1,12 @@
 #include "ops/out_arguments.h"
 
 #include <ATen/ATen.h>
+#include <ATen/FunctionalTensorWrapper.h>
 #include <ATen/core/grad_mode.h>
+#include <ATen/native/Resize.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -97,6 +100,38 @@ constexpr const char* kOtherDtype =
   RaiseWrapping(error, c10::toString(op.operator_name()) + ": " + ErrorText(error));
 }
 
+bool IsLazyView(const at::Tensor& tensor) {
+  return IsLazyFunctional(tensor) && !at::functionalization::impl::isBaseTensor(tensor);
+}
+
+// Eager resizes an out= tensor of another shape than its result
+// (resize_output, which warns unless it was empty). Functionalization's write
+// reshapes a base tensor, but a view is regenerated from its base through its
+// view ops, which would still give the old shape: it is resized first, which
+// adds the new shape as one more view op. matmul's out= of a vector times a
+// matrix does this: mm writes a row into it.
+void WriteOut(const std::string& writer,
+              const at::Tensor& out,
+              const at::Tensor& value,
+              bool warn_on_resize) {
+  if (out.sizes() != value.sizes()) {
+    if (warn_on_resize) {
+      at::native::resize_output_check(out, value.sizes());
+    }
+    if (IsLazyView(out)) {
+      TORCH_CHECK(value.numel() <= out.numel(),
+                  writer,
+                  ": the out= tensor is a view of shape ",
+                  out.sizes(),
+                  ", and lazyfuse cannot resize a view to the result's larger shape ",
+                  value.sizes(),
+                  "; pass an out= tensor of that shape");
+      out.resize_(value.sizes());
+    }
+  }
+  TakeWrittenValue(writer, out, value);
+}
+
 // Runs the call on the backing device, as eager would, then writes each out
 // tensor's result into it: a failing op writes nothing.
 // `written` lists the out tensors first, as the op returns them.
@@ -132,9 +167,11 @@ void RunEagerly(const c10::OperatorHandle& op,
     RaiseNamingOp(op, error);
   }
   for (size_t k = 0; k < lazy_outs.size(); ++k) {
-    // As functionalization writes an out= result: resized, if eager resized it.
-    TakeWrittenValue(
-        op.schema().name(), lazy_outs[k], FromFunctional(eager_outs[k].to(lazy_outs[k].device())));
+    // Resized, if eager resized it (eager's op has warned).
+    WriteOut(op.schema().name(),
+             lazy_outs[k],
+             FromFunctional(eager_outs[k].to(lazy_outs[k].device())),
+             /*warn_on_resize=*/false);
   }
   torch::jit::drop(*stack, num_arguments);
   for (size_t r = 0; r < op.schema().returns().size(); ++r) {
@@ -273,7 +310,8 @@ bool OutCall::RunsItself(const c10::OperatorHandle& op, torch::jit::Stack* stack
     RunFunctionalHere(op, /*check_dtypes=*/true, stack);
     return true;
   }
-  if (!functional_decomposes_) {
+  const std::vector<at::Tensor> outs = Outs(op, *stack);
+  if (!functional_decomposes_ && std::none_of(outs.begin(), outs.end(), IsLazyView)) {
     return false;  // torch's functional call and copy give eager's values
   }
   RunFunctionalHere(op, /*check_dtypes=*/false, stack);
@@ -308,7 +346,7 @@ void OutCall::RunFunctionalHere(const c10::OperatorHandle& op,
               " out tensors");
   CheckWriteTargets(op.schema().name(), outs);
   for (size_t k = 0; k < outs.size(); ++k) {
-    TakeWrittenValue(op.schema().name(), outs[k], FromFunctional(results[k]));
+    WriteOut(op.schema().name(), outs[k], FromFunctional(results[k]), /*warn_on_resize=*/true);
   }
   torch::jit::Stack arguments(stack->end() - num_arguments, stack->end());
   torch::jit::drop(*stack, num_arguments);
