@@ -1,0 +1,202 @@
+"""The in-place and out= variants of every claimed OpInfo entry, lazy against eager.
+
+test_opinfo.py calls each entry's function. Users also write `x.add_(y)` and
+`torch.add(x, y, out=o)`, which reach lazyfuse through other kernels: an
+in-place op through its functional partner and a cast back, an out= op
+through its functional variant and a write into out. Each variant runs on a
+fresh tensor and on a view of a base, which must see the write:
+- in-place: eager's values in the tensor and its base, or eager's exception
+  type (`abs_` of a complex tensor used to compute where eager refuses);
+- out=: an out tensor of the result's shape, an empty one eager resizes, and
+  a view of a base, each with eager's values in out and base (`matmul` of a
+  vector into a view used to stop with a select_scatter error: its `mm` writes
+  a row into the vector).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from torch.utils._pytree import tree_flatten, tree_map
+
+import lazyfuse
+from conftest import REFERENCE_DEVICE
+from test_opinfo import (
+    CLAIMED,
+    SAMPLE_SKIPS,
+    TOLERANCES,
+    _spelling,
+    _to_lazy,
+    opinfo_entry,
+)
+
+INPLACE_DTYPES = [torch.float32, torch.int64, torch.bool, torch.complex64]
+OUT_DTYPES = [torch.float32, torch.int64, torch.bool]
+SAMPLES = 4
+
+# In-place variants left out through a view, with why.
+INPLACE_VIEW_SKIPS = {
+    ("as_strided", ""): (
+        "as_strided_ of a view takes coordinates in the view's own contiguous "
+        "layout, not eager's offset into its base (README, limitations)"
+    ),
+}
+
+
+def _cases(dtypes: list[torch.dtype], has_variant: Callable[[Any], bool]) -> list[Any]:
+    cases = []
+    for name, variant in CLAIMED:
+        op = opinfo_entry(name, variant)
+        if not has_variant(op):
+            continue
+        for dtype in dtypes:
+            if dtype in op.supported_dtypes(REFERENCE_DEVICE):
+                test_id = f"{_spelling(name, variant)}-{str(dtype).removeprefix('torch.')}"
+                cases.append(pytest.param(op, dtype, id=test_id))
+    return cases
+
+
+def _first_samples(op: Any, dtype: torch.dtype) -> list[Any]:
+    """Without gradients: out= refuses inputs that need them, as in eager."""
+    samples = list(op.sample_inputs(REFERENCE_DEVICE, dtype, requires_grad=False))
+    skip = SAMPLE_SKIPS.get((op.name, op.variant_test_name))
+    if skip:
+        samples = [sample for sample in samples if not skip[0](sample)]
+    return samples[:SAMPLES]
+
+
+def _in_view(tensor: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A base of zeros around `tensor`, and the view of it holding tensor's values."""
+    base = torch.zeros((3, *tensor.shape), dtype=tensor.dtype, device=tensor.device)
+    base[1] = tensor
+    return base, base[1]
+
+
+def _outcome(call: Callable[[], Any]) -> tuple[Any, BaseException | None]:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # eager's resize deprecation, fallbacks
+            return call(), None
+    except Exception as error:  # noqa: BLE001 - the outcome is compared by the caller
+        return None, error
+    finally:
+        lazyfuse.mark_step()  # the process stays usable after either
+
+
+def _same_outcome(op: Any, eager: BaseException | None, lazy: BaseException | None) -> str | None:
+    if eager is None and lazy is not None:
+        return f"eager runs, lazy raised {lazy!r:.300}"
+    if eager is not None and lazy is None:
+        return f"eager raised {eager!r:.200}, lazy ran"
+    if eager is not None and not isinstance(lazy, type(eager)):
+        return f"eager raised {eager!r:.200}, lazy {lazy!r:.200}"
+    return None
+
+
+def _assert_close(op: Any, actual: torch.Tensor, expected: torch.Tensor) -> None:
+    tolerance = TOLERANCES.get((op.name, op.variant_test_name), {})
+    torch.testing.assert_close(actual.cpu(), expected, equal_nan=True, **tolerance)
+
+
+def _run_inplace(op: Any, sample: Any, lazy: torch.device, through_view: bool) -> str | None:
+    def run(device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor | None]:
+        target = sample.input.detach().clone().to(device)
+        base = None
+        if through_view:
+            base, target = _in_view(target)
+        args = tree_map(lambda v: _to_lazy(v, device), (sample.args, sample.kwargs))
+        op.inplace_variant(target, *args[0], **args[1])
+        return target, base
+
+    torch.manual_seed(0)
+    expected, eager_error = _outcome(lambda: run("cpu"))
+    torch.manual_seed(0)
+    actual, lazy_error = _outcome(lambda: run(lazy))
+    resized = expected is not None and expected[0].shape != sample.input.shape
+    if resized and lazy_error is not None:
+        # Eager CPU's addbmm_ resizes a target it would broadcast; lazyfuse
+        # refuses, as eager's other in-place ops do (README). In-place views
+        # (as_strided_) change the shape in both.
+        if "doesn't match the broadcast shape" not in str(lazy_error):
+            return f"eager resized the target to {list(expected[0].shape)}; lazy: {lazy_error!r}"
+        return None
+    if problem := _same_outcome(op, eager_error, lazy_error):
+        return problem
+    if expected is not None:
+        for e, a in zip(expected, actual, strict=True):
+            if e is not None:
+                _assert_close(op, a, e)
+    return None
+
+
+@pytest.mark.parametrize(("op", "dtype"), _cases(INPLACE_DTYPES, lambda op: op.inplace_variant))
+@pytest.mark.parametrize("through_view", [False, True], ids=["tensor", "view"])
+def test_inplace_variant(
+    op: Any, dtype: torch.dtype, through_view: bool, lazy: torch.device
+) -> None:
+    if through_view and (reason := INPLACE_VIEW_SKIPS.get((op.name, op.variant_test_name))):
+        pytest.skip(reason)
+    failures = []
+    for index, sample in enumerate(_first_samples(op, dtype)):
+        if isinstance(sample.input, torch.Tensor):
+            if problem := _run_inplace(op, sample, lazy, through_view):
+                failures.append(f"sample {index}: {problem}")
+    assert not failures, "\n".join(failures)
+
+
+def _tensors_only(result: Any) -> bool:
+    if isinstance(result, torch.Tensor):
+        return True
+    return isinstance(result, tuple) and all(isinstance(t, torch.Tensor) for t in result)
+
+
+OUT_KINDS: dict[str, Callable[[torch.Tensor, torch.device | str], torch.Tensor]] = {
+    "result_shape": lambda r, d: torch.full_like(r, 7, device=d),
+    "empty": lambda r, d: torch.empty(0, dtype=r.dtype, device=d),
+    "view": lambda r, d: _in_view(torch.full_like(r, 7, device=d))[1],
+}
+
+
+def _run_out(op: Any, sample: Any, lazy: torch.device, kind: str) -> str | None:
+    torch.manual_seed(0)
+    reference, error = _outcome(lambda: op(sample.input, *sample.args, **sample.kwargs))
+    if error is not None or not _tensors_only(reference):
+        return None  # test_opinfo compares the op itself
+
+    def run(device: torch.device | str) -> tuple[Any, Any]:
+        out = tree_map(lambda r: OUT_KINDS[kind](r, device), reference)
+        inputs = tree_map(lambda v: _to_lazy(v, device), (sample.input, sample.args, sample.kwargs))
+        returned = op(inputs[0], *inputs[1], **inputs[2], out=out)
+        return out, returned
+
+    torch.manual_seed(0)
+    expected, eager_error = _outcome(lambda: run("cpu"))
+    torch.manual_seed(0)
+    actual, lazy_error = _outcome(lambda: run(lazy))
+    if problem := _same_outcome(op, eager_error, lazy_error):
+        return problem
+    if expected is not None:
+        for e, a in zip(tree_flatten(expected)[0], tree_flatten(actual)[0], strict=True):
+            if e is None:  # list outs (unbind_copy's) return nothing
+                assert a is None
+                continue
+            _assert_close(op, a, e)
+            if e._base is not None:
+                _assert_close(op, a._base, e._base)
+    return None
+
+
+@pytest.mark.parametrize(("op", "dtype"), _cases(OUT_DTYPES, lambda op: op.supports_out))
+@pytest.mark.parametrize("kind", list(OUT_KINDS))
+def test_out_variant(op: Any, dtype: torch.dtype, kind: str, lazy: torch.device) -> None:
+    failures = []
+    for index, sample in enumerate(_first_samples(op, dtype)):
+        if "device" in sample.kwargs:
+            continue  # a factory told to make a CPU tensor refuses a lazy out, as in eager
+        if problem := _run_out(op, sample, lazy, kind):
+            failures.append(f"sample {index}: {problem}")
+    assert not failures, "\n".join(failures)
