@@ -81,6 +81,10 @@ class InplaceUpdate final : public c10::OperatorKernel {
         torch::jit::Stack probe(stack->end() - num_arguments, stack->end());
         CheckInplaceResult(op, self, CallFunctional(&probe));
       }
+      if (HasTangent(*stack, num_arguments)) {
+        CopyFunctionalResult(self, num_arguments, stack);
+        return;
+      }
       at::functionalization::impl::sync(self);
       const at::Tensor before = HeldValue(self);
       PassToAutograd(op, keys, stack);
@@ -106,6 +110,40 @@ class InplaceUpdate final : public c10::OperatorKernel {
       torch::autograd::impl::bump_version(self);
     }
     TakeWrittenValue(op.schema().name(), self, result);
+    torch::jit::push(*stack, self);
+  }
+
+  static bool HasTangent(const torch::jit::Stack& stack, size_t num_arguments) {
+    for (size_t i = stack.size() - num_arguments; i < stack.size(); ++i) {
+      const bool has_tangent = AnyTensorIn(stack[i], [](const at::Tensor& tensor) {
+        return tensor.defined() && tensor._fw_grad(/*level=*/0).defined();
+      });
+      if (has_tangent) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // Under forward-mode AD, torch's functionalization kernel checks the op on
+  // meta tensors first, and lerp_'s Python meta kernel then prints a tensor,
+  // which asserts inside a dual level (and left the thread's dispatch keys
+  // excluded). The functional op, recorded by autograd, and a copy into self
+  // give the same value, gradient and tangent.
+  void CopyFunctionalResult(const at::Tensor& self,
+                            size_t num_arguments,
+                            torch::jit::Stack* stack) const {
+    torch::jit::Stack call(stack->end() - num_arguments, stack->end());
+    if (reordered_) {
+      const torch::jit::Stack arguments = call;
+      for (size_t i = 0; i < num_arguments; ++i) {
+        call[i] = arguments[order_[i]];
+      }
+    }
+    functional_.callBoxed(&call);
+    const at::Tensor result = torch::jit::pop(call).toTensor();
+    torch::jit::drop(*stack, num_arguments);
+    self.copy_(result);
     torch::jit::push(*stack, self);
   }
 
