@@ -90,7 +90,7 @@ std::vector<at::Tensor> LazyNativeFunctions::unsafe_split_with_sizes(const at::T
 
 std::vector<at::Tensor> LazyNativeFunctions::unbind_copy(const at::Tensor& self, int64_t dim) {
   TORCH_LAZY_FN_COUNTER("lazy::");
-  TORCH_CHECK(self.dim() > 0, "Dimension specified as 0 but tensor has no dimensions");
+  TORCH_CHECK_INDEX(self.dim() > 0, "Dimension specified as 0 but tensor has no dimensions");
   dim = at::maybe_wrap_dim(dim, self.dim());
   std::vector<at::Tensor> parts;
   parts.reserve(self.size(dim));
