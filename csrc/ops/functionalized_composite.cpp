@@ -68,9 +68,10 @@ void DecomposeFunctionalized(const c10::OperatorHandle& op, torch::jit::Stack* s
   const size_t num_arguments = op.schema().arguments().size();
   bool lazy = false;
   for (size_t i = stack->size() - num_arguments; i < stack->size(); ++i) {
-    const c10::IValue& value = (*stack)[i];
-    lazy = lazy ||
-           (value.isTensor() && value.toTensor().defined() && value.toTensor().device().is_lazy());
+    // Tensor lists too: vstack's, einsum's and meshgrid's.
+    lazy = lazy || AnyTensorIn((*stack)[i], [](const at::Tensor& tensor) {
+             return tensor.defined() && tensor.device().is_lazy();
+           });
   }
   if (lazy && op.hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd) &&
       !op.hasKernelForDispatchKey(c10::DispatchKey::Lazy)) {

@@ -5,9 +5,13 @@
 #include <torch/csrc/lazy/core/metrics.h>
 #include <torch/library.h>
 
+#include <memory>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "ops/functional_tensors.h"
+#include "ops/kernel_override.h"
 
 namespace lazyfuse {
 namespace {
@@ -107,6 +111,36 @@ void PackPaddedSequenceFunctionalized(const c10::OperatorHandle& op, torch::jit:
   }
 }
 
+// Under inference mode the autograd key, and TensorSplitByTensor there, is
+// skipped: this kernel, around torch's Functionalize one, reads lazy split
+// points the same way.
+class TensorSplitByTensorFunctionalized final : public c10::OperatorKernel {
+ public:
+  explicit TensorSplitByTensorFunctionalized(c10::SafeKernelFunction torch_kernel)
+      : torch_kernel_(std::move(torch_kernel)) {}
+
+  void operator()(const c10::OperatorHandle& op,
+                  c10::DispatchKeySet keys,
+                  torch::jit::Stack* stack) {
+    const size_t num_arguments = op.schema().arguments().size();
+    bool lazy = false;
+    for (size_t i = stack->size() - num_arguments; i < stack->size(); ++i) {
+      lazy = lazy || AnyTensorIn((*stack)[i], IsLazyTensor);
+    }
+    if (!lazy) {
+      torch_kernel_.callBoxed(op, keys, stack);
+      return;
+    }
+    const int64_t dim = torch::jit::pop(*stack).toInt();
+    const at::Tensor indices = torch::jit::pop(*stack).toTensor();
+    const at::Tensor self = torch::jit::pop(*stack).toTensor();
+    torch::jit::push(*stack, TensorSplitByTensor(self, indices, dim));
+  }
+
+ private:
+  c10::SafeKernelFunction torch_kernel_;
+};
+
 }  // namespace
 
 void RegisterHostArgumentOverrides() {
@@ -121,6 +155,14 @@ void RegisterHostArgumentOverrides() {
   functionalize->impl(
       "_pack_padded_sequence",
       torch::CppFunction::makeFromBoxedFunction<&PackPaddedSequenceFunctionalized>());
+  const std::optional<c10::OperatorHandle> split =
+      c10::Dispatcher::singleton().findOp({"aten::tensor_split", "tensor_indices_or_sections"});
+  TORCH_INTERNAL_ASSERT(split.has_value());
+  OverrideKernel(split->operator_name(),
+                 c10::DispatchKey::Functionalize,
+                 std::make_unique<TensorSplitByTensorFunctionalized>(
+                     split->getComputedKernelForDispatchKey(c10::DispatchKey::Functionalize)),
+                 "lazyfuse: tensor_split reads lazy split points on the host");
 }
 
 }  // namespace lazyfuse

@@ -14,8 +14,11 @@
 //   layer_norm, ...) no longer decompose above functionalization; they reach
 //   its fallback, which runs them below it on bare lazy tensors, where their
 //   views cannot be recorded. The functional ones get Functionalize kernels
-//   that decompose them there on lazy tensors instead, and act as the
-//   fallback on others (RegisterFunctionalizedComposites).
+//   that decompose them there when any argument, in a tensor list too, is
+//   lazy, and act as the fallback on others (RegisterFunctionalizedComposites).
+//   Kernels lazyfuse puts at the autograd key for lazy tensors (tensor_split
+//   with lazy split points, ops/host_arguments.cpp) get a Functionalize
+//   kernel too.
 
 #include <ATen/Tensor.h>
 #include <c10/core/InferenceMode.h>
