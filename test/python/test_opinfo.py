@@ -121,6 +121,20 @@ def opinfo_entry(name: str, variant: str) -> Any:
     return next(o for o in op_db if o.name == name and o.variant_test_name == variant)
 
 
+def claimed_cases(
+    dtypes: list[torch.dtype], keep: Callable[[Any], Any] = lambda op: True
+) -> list[Any]:
+    """A case per claimed entry that `keep` accepts, in each of `dtypes` its
+    OpInfo supports on the CPU: the other OpInfo test files run these."""
+    cases = []
+    for name, variant in CLAIMED:
+        op = opinfo_entry(name, variant)
+        if keep(op):
+            supported = op.supported_dtypes(REFERENCE_DEVICE)
+            cases += [_case(op, dtype, None) for dtype in dtypes if dtype in supported]
+    return cases
+
+
 def _cases() -> list[Any]:
     cases = []
     for name, variant in CLAIMED:
@@ -327,10 +341,13 @@ def _emulated_cases() -> list[Any]:
 DEAD_INPUT_SAMPLES = 3
 
 
-def _first_kept_samples(op: Any, dtype: torch.dtype, count: int) -> list[Any]:
+def _first_kept_samples(
+    op: Any, dtype: torch.dtype, count: int, requires_grad: bool | None = None
+) -> list[Any]:
     """The op's first `count` samples, with gradients where it supports
-    them, but those SAMPLE_SKIPS leaves out."""
+    them (or `requires_grad` says), but those SAMPLE_SKIPS leaves out."""
     grad = op.supports_autograd and dtype.is_floating_point
+    grad = grad if requires_grad is None else requires_grad
     samples = list(op.sample_inputs(REFERENCE_DEVICE, dtype, requires_grad=grad))
     skip = SAMPLE_SKIPS.get((op.name, op.variant_test_name))
     if skip:

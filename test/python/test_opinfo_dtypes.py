@@ -25,6 +25,7 @@ from test_opinfo import (
     DTYPES,
     _first_kept_samples,
     _spelling,
+    claimed_cases,
     opinfo_entry,
     run_forward,
     run_sample,
@@ -81,19 +82,7 @@ def test_refuses_the_dtypes_eager_refuses(op: Any, lazy: torch.device) -> None:
     assert not failures, "\n".join(failures)
 
 
-def _extra_cases() -> list[Any]:
-    cases = []
-    for name, variant in CLAIMED:
-        op = opinfo_entry(name, variant)
-        for dtype in EXTRA_DTYPES:
-            if dtype not in op.supported_dtypes(REFERENCE_DEVICE):
-                continue
-            test_id = f"{_spelling(name, variant)}-{str(dtype).removeprefix('torch.')}"
-            cases.append(pytest.param(op, dtype, id=test_id))
-    return cases
-
-
-@pytest.mark.parametrize(("op", "dtype"), _extra_cases())
+@pytest.mark.parametrize(("op", "dtype"), claimed_cases(EXTRA_DTYPES))
 def test_first_samples_in_other_dtypes(op: Any, dtype: torch.dtype, lazy: torch.device) -> None:
     # No gradients: these dtypes are integer or complex.
     samples = _first_kept_samples(op, dtype, EXTRA_SAMPLES)

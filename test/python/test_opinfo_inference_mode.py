@@ -19,33 +19,22 @@ from typing import Any
 import pytest
 import torch
 
-from conftest import REFERENCE_DEVICE
-from test_opinfo import CLAIMED, SAMPLE_SKIPS, _spelling, opinfo_entry, run_forward
+from test_opinfo import (
+    _first_kept_samples,
+    claimed_cases,
+    run_forward,
+)
 
 DTYPES = [torch.float32, torch.int64]
 SAMPLES = 4
 
 
-def _cases() -> list[Any]:
-    cases = []
-    for name, variant in CLAIMED:
-        op = opinfo_entry(name, variant)
-        for dtype in DTYPES:
-            if dtype in op.supported_dtypes(REFERENCE_DEVICE):
-                test_id = f"{_spelling(name, variant)}-{str(dtype).removeprefix('torch.')}"
-                cases.append(pytest.param(op, dtype, id=test_id))
-    return cases
-
-
-@pytest.mark.parametrize(("op", "dtype"), _cases())
+@pytest.mark.parametrize(("op", "dtype"), claimed_cases(DTYPES))
 def test_forward_under_inference_mode(op: Any, dtype: torch.dtype, lazy: torch.device) -> None:
-    samples = list(op.sample_inputs(REFERENCE_DEVICE, dtype, requires_grad=False))
-    skip = SAMPLE_SKIPS.get((op.name, op.variant_test_name))
-    if skip:
-        samples = [sample for sample in samples if not skip[0](sample)]
+    samples = _first_kept_samples(op, dtype, SAMPLES, requires_grad=False)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # fallback warnings
-        for index, sample in enumerate(samples[:SAMPLES]):
+        for index, sample in enumerate(samples):
             torch.manual_seed(index)
             with torch.inference_mode():
                 run_forward(op, sample, lazy)

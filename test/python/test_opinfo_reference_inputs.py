@@ -16,24 +16,11 @@ import pytest
 import torch
 
 from conftest import REFERENCE_DEVICE
-from test_opinfo import CLAIMED, SAMPLE_SKIPS, _spelling, opinfo_entry, run_forward
+from test_opinfo import SAMPLE_SKIPS, claimed_cases, run_forward
 
 DTYPES = [torch.float32, torch.int64]
 FIRST = 4  # the first extra samples, then
 SPREAD = 12  # evenly spaced over the others
-
-
-def _cases() -> list[Any]:
-    cases = []
-    for name, variant in CLAIMED:
-        op = opinfo_entry(name, variant)
-        if op.reference_inputs_func is None:
-            continue
-        for dtype in DTYPES:
-            if dtype in op.supported_dtypes(REFERENCE_DEVICE):
-                test_id = f"{_spelling(name, variant)}-{str(dtype).removeprefix('torch.')}"
-                cases.append(pytest.param(op, dtype, id=test_id))
-    return cases
 
 
 def _extra_samples(op: Any, dtype: torch.dtype) -> list[Any]:
@@ -47,7 +34,9 @@ def _extra_samples(op: Any, dtype: torch.dtype) -> list[Any]:
     return extra[:FIRST] + rest[::stride][:SPREAD]
 
 
-@pytest.mark.parametrize(("op", "dtype"), _cases())
+@pytest.mark.parametrize(
+    ("op", "dtype"), claimed_cases(DTYPES, lambda op: op.reference_inputs_func is not None)
+)
 def test_reference_inputs(op: Any, dtype: torch.dtype, lazy: torch.device) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # fallback and deprecation warnings

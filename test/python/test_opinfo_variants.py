@@ -33,10 +33,11 @@ import lazyfuse
 from conftest import REFERENCE_DEVICE
 from test_opinfo import (
     CLAIMED,
-    SAMPLE_SKIPS,
     TOLERANCES,
+    _first_kept_samples,
     _spelling,
     _to_lazy,
+    claimed_cases,
     opinfo_entry,
 )
 
@@ -54,26 +55,9 @@ INPLACE_VIEW_SKIPS = {
 }
 
 
-def _cases(dtypes: list[torch.dtype], has_variant: Callable[[Any], bool]) -> list[Any]:
-    cases = []
-    for name, variant in CLAIMED:
-        op = opinfo_entry(name, variant)
-        if not has_variant(op):
-            continue
-        for dtype in dtypes:
-            if dtype in op.supported_dtypes(REFERENCE_DEVICE):
-                test_id = f"{_spelling(name, variant)}-{str(dtype).removeprefix('torch.')}"
-                cases.append(pytest.param(op, dtype, id=test_id))
-    return cases
-
-
 def _first_samples(op: Any, dtype: torch.dtype) -> list[Any]:
     """Without gradients: out= refuses inputs that need them, as in eager."""
-    samples = list(op.sample_inputs(REFERENCE_DEVICE, dtype, requires_grad=False))
-    skip = SAMPLE_SKIPS.get((op.name, op.variant_test_name))
-    if skip:
-        samples = [sample for sample in samples if not skip[0](sample)]
-    return samples[:SAMPLES]
+    return _first_kept_samples(op, dtype, SAMPLES, requires_grad=False)
 
 
 def _in_view(tensor: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -140,7 +124,9 @@ def _run_inplace(op: Any, sample: Any, lazy: torch.device, through_view: bool) -
     return None
 
 
-@pytest.mark.parametrize(("op", "dtype"), _cases(INPLACE_DTYPES, lambda op: op.inplace_variant))
+@pytest.mark.parametrize(
+    ("op", "dtype"), claimed_cases(INPLACE_DTYPES, lambda op: op.inplace_variant)
+)
 @pytest.mark.parametrize("through_view", [False, True], ids=["tensor", "view"])
 def test_inplace_variant(
     op: Any, dtype: torch.dtype, through_view: bool, lazy: torch.device
@@ -197,7 +183,7 @@ def _run_out(op: Any, sample: Any, lazy: torch.device, kind: str) -> str | None:
     return None
 
 
-@pytest.mark.parametrize(("op", "dtype"), _cases(OUT_DTYPES, lambda op: op.supports_out))
+@pytest.mark.parametrize(("op", "dtype"), claimed_cases(OUT_DTYPES, lambda op: op.supports_out))
 @pytest.mark.parametrize("kind", list(OUT_KINDS))
 def test_out_variant(op: Any, dtype: torch.dtype, kind: str, lazy: torch.device) -> None:
     failures = []
