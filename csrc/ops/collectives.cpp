@@ -53,10 +53,6 @@ const std::unordered_map<std::string, CollectiveSpec>& Specs() {
   return *specs;
 }
 
-bool IsLazy(const at::Tensor& tensor) {
-  return tensor.defined() && tensor.device().is_lazy();
-}
-
 bool TypeIs(const c10::Argument& argument, const char* name) {
   return argument.type()->str().find(name) != std::string::npos;
 }
@@ -184,7 +180,7 @@ void RecordCollective(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   for (const auto& [position, use] : spec.uses) {
     call.tensors.push_back(Flatten(position, use, (*stack)[begin + position]));
     for (const at::Tensor& tensor : call.tensors.back().tensors) {
-      if (IsLazy(tensor)) {
+      if (IsLazyTensor(tensor)) {
         lazy = true;
       } else if (tensor.defined()) {
         other = tensor.device();
@@ -309,7 +305,7 @@ bool HoldsLazyTensor(const c10::IValue& value) {
     const c10::ArrayRef<c10::IValue> elements = value.toListRef();
     return std::any_of(elements.begin(), elements.end(), HoldsLazyTensor);
   }
-  return AnyTensorIn(value, IsLazy);
+  return AnyTensorIn(value, IsLazyTensor);
 }
 
 std::function<void()>& WaitForGraphCollectives() {

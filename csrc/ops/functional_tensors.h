@@ -110,25 +110,43 @@ bool AnyTensorIn(const c10::IValue& value, Fn&& fn) {
   return false;
 }
 
+// Whether `fn` holds for any tensor among an op's arguments, the last
+// `num_arguments` entries of `stack`.
+template <typename Fn>
+bool AnyArgumentTensor(const torch::jit::Stack& stack, size_t num_arguments, Fn&& fn) {
+  for (size_t i = stack.size() - num_arguments; i < stack.size(); ++i) {
+    if (AnyTensorIn(stack[i], fn)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+inline bool IsLazyTensor(const at::Tensor& tensor) {
+  return tensor.defined() && tensor.device().is_lazy();
+}
+
+inline bool HasTangent(const at::Tensor& tensor) {
+  return tensor.defined() && tensor._fw_grad(/*level=*/0).defined();
+}
+
 inline bool IsLazyFunctional(const at::Tensor& tensor) {
   return tensor.defined() && tensor.device().is_lazy() &&
          at::functionalization::impl::isFunctionalTensor(tensor);
+}
+
+// A lazy tensor functionalization regenerates from a base through view ops.
+inline bool IsLazyView(const at::Tensor& tensor) {
+  return IsLazyFunctional(tensor) && !at::functionalization::impl::isBaseTensor(tensor);
 }
 
 // Whether autograd would record the op (backward), or carry a tangent
 // through it (forward mode). Either way torch's own kernels must run.
 inline bool AutogradRecords(const torch::jit::Stack& stack, size_t num_arguments) {
   const bool grad_mode = at::GradMode::is_enabled();
-  for (size_t i = stack.size() - num_arguments; i < stack.size(); ++i) {
-    const bool records = AnyTensorIn(stack[i], [&](const at::Tensor& tensor) {
-      return tensor.defined() &&
-             ((grad_mode && tensor.requires_grad()) || tensor._fw_grad(/*level=*/0).defined());
-    });
-    if (records) {
-      return true;
-    }
-  }
-  return false;
+  return AnyArgumentTensor(stack, num_arguments, [&](const at::Tensor& tensor) {
+    return (grad_mode && tensor.defined() && tensor.requires_grad()) || HasTangent(tensor);
+  });
 }
 
 // The arguments a schema writes (`Tensor(a!)`).

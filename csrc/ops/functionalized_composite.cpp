@@ -66,13 +66,8 @@ void RunFunctionalized(const c10::OperatorHandle& op, torch::jit::Stack* stack) 
 // torch.export see no change.
 void DecomposeFunctionalized(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const size_t num_arguments = op.schema().arguments().size();
-  bool lazy = false;
-  for (size_t i = stack->size() - num_arguments; i < stack->size(); ++i) {
-    // Tensor lists too: vstack's, einsum's and meshgrid's.
-    lazy = lazy || AnyTensorIn((*stack)[i], [](const at::Tensor& tensor) {
-             return tensor.defined() && tensor.device().is_lazy();
-           });
-  }
+  // Tensor lists too: vstack's, einsum's and meshgrid's.
+  const bool lazy = AnyArgumentTensor(*stack, num_arguments, IsLazyTensor);
   if (lazy && op.hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd) &&
       !op.hasKernelForDispatchKey(c10::DispatchKey::Lazy)) {
     const bool override = op.hasKernelForDispatchKey(c10::DispatchKey::AutogradLazy);

@@ -27,11 +27,7 @@ class FusedListUpdate final : public c10::OperatorKernel {
                   torch::jit::Stack* stack) {
     const size_t num_arguments = op.schema().arguments().size();
     const size_t first = stack->size() - num_arguments;
-    bool lazy = false;
-    for (size_t i = first; i < stack->size() && !lazy; ++i) {
-      lazy = AnyTensorIn((*stack)[i], IsLazyFunctional);
-    }
-    if (!lazy) {
+    if (!AnyArgumentTensor(*stack, num_arguments, IsLazyFunctional)) {
       PassToAutograd(op, keys, stack);
       return;
     }

@@ -78,24 +78,17 @@ at::Tensor CtcLossWithTensorLengths(const at::Tensor& log_probs,
                       zero_infinity);
 }
 
-bool IsLazyTensor(const at::Tensor& tensor) {
-  return tensor.defined() && tensor.device().is_lazy();
-}
-
 // _pack_padded_sequence's batch sizes are a CPU tensor, as in eager: the RNN
 // kernels and pad_packed_sequence read them on the host. Functionalization's
 // fallback wraps every result of an op on lazy tensors, these too; here only
 // the lazy results stay wrapped. Other tensors are functionalized as before.
 void PackPaddedSequenceFunctionalized(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const size_t num_arguments = op.schema().arguments().size();
-  bool lazy = false;
-  for (size_t i = stack->size() - num_arguments; i < stack->size(); ++i) {
-    lazy = lazy || AnyTensorIn((*stack)[i], [](const at::Tensor& tensor) {
-             return IsLazyTensor(at::functionalization::impl::isFunctionalTensor(tensor)
-                                     ? at::functionalization::impl::from_functional_tensor(tensor)
-                                     : tensor);
-           });
-  }
+  const bool lazy = AnyArgumentTensor(*stack, num_arguments, [](const at::Tensor& tensor) {
+    return IsLazyTensor(at::functionalization::impl::isFunctionalTensor(tensor)
+                            ? at::functionalization::impl::from_functional_tensor(tensor)
+                            : tensor);
+  });
   CallAsFunctionalizationFallback(op, stack);
   if (!lazy) {
     return;
@@ -122,12 +115,7 @@ class TensorSplitByTensorFunctionalized final : public c10::OperatorKernel {
   void operator()(const c10::OperatorHandle& op,
                   c10::DispatchKeySet keys,
                   torch::jit::Stack* stack) {
-    const size_t num_arguments = op.schema().arguments().size();
-    bool lazy = false;
-    for (size_t i = stack->size() - num_arguments; i < stack->size(); ++i) {
-      lazy = lazy || AnyTensorIn((*stack)[i], IsLazyTensor);
-    }
-    if (!lazy) {
+    if (!AnyArgumentTensor(*stack, op.schema().arguments().size(), IsLazyTensor)) {
       torch_kernel_.callBoxed(op, keys, stack);
       return;
     }

@@ -81,7 +81,7 @@ class InplaceUpdate final : public c10::OperatorKernel {
         torch::jit::Stack probe(stack->end() - num_arguments, stack->end());
         CheckInplaceResult(op, self, CallFunctional(&probe));
       }
-      if (HasTangent(*stack, num_arguments)) {
+      if (AnyArgumentTensor(*stack, num_arguments, HasTangent)) {
         CopyFunctionalResult(self, num_arguments, stack);
         return;
       }
@@ -111,18 +111,6 @@ class InplaceUpdate final : public c10::OperatorKernel {
     }
     TakeWrittenValue(op.schema().name(), self, result);
     torch::jit::push(*stack, self);
-  }
-
-  static bool HasTangent(const torch::jit::Stack& stack, size_t num_arguments) {
-    for (size_t i = stack.size() - num_arguments; i < stack.size(); ++i) {
-      const bool has_tangent = AnyTensorIn(stack[i], [](const at::Tensor& tensor) {
-        return tensor.defined() && tensor._fw_grad(/*level=*/0).defined();
-      });
-      if (has_tangent) {
-        return true;
-      }
-    }
-    return false;
   }
 
   // Under forward-mode AD, torch's functionalization kernel checks the op on

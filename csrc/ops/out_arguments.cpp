@@ -100,10 +100,6 @@ constexpr const char* kOtherDtype =
   RaiseWrapping(error, c10::toString(op.operator_name()) + ": " + ErrorText(error));
 }
 
-bool IsLazyView(const at::Tensor& tensor) {
-  return IsLazyFunctional(tensor) && !at::functionalization::impl::isBaseTensor(tensor);
-}
-
 // Eager resizes an out= tensor of another shape than its result
 // (resize_output, which warns unless it was empty). Functionalization's write
 // reshapes a base tensor, but a view is regenerated from its base through its

@@ -179,11 +179,6 @@ namespace {
 constexpr const char* kContiguityKeeping[] = {
     "view_ViewMeta", "squeeze", "alias_ViewMeta", "detach", "lift_fresh"};
 
-bool IsLazyView(const at::Tensor& tensor) {
-  return IsLazyFunctional(tensor) &&
-         !at::functionalization::impl::unsafeGetFunctionalWrapper(tensor)->isBaseTensor();
-}
-
 // Whether a view op keeps a contiguous input contiguous. "view_ViewMeta"
 // also names _unsafe_view's, never view_as_real's or view(dtype)'s.
 bool KeepsContiguous(const at::functionalization::ViewMeta& meta) {

@@ -9,6 +9,7 @@ reason (listed in docs/ops.md); an xfail that starts passing fails the run.
 from __future__ import annotations
 
 import json
+import warnings
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -133,6 +134,39 @@ def claimed_cases(
             supported = op.supported_dtypes(REFERENCE_DEVICE)
             cases += [_case(op, dtype, None) for dtype in dtypes if dtype in supported]
     return cases
+
+
+def claimed_entries(keep: Callable[[Any], Any] = lambda op: True) -> list[Any]:
+    """A case per claimed entry that `keep` accepts, in no particular dtype."""
+    entries = [opinfo_entry(name, variant) for name, variant in CLAIMED]
+    return [
+        pytest.param(op, id=_spelling(op.name, op.variant_test_name)) for op in entries if keep(op)
+    ]
+
+
+def outcome(call: Callable[[], Any]) -> tuple[Any, BaseException | None]:
+    """`call`'s result, or the exception it raised; the step is synced after
+    either, so the process goes on."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # fallbacks, eager's resize deprecation
+            return call(), None
+    except Exception as error:  # noqa: BLE001 - the outcome is compared by the caller
+        return None, error
+    finally:
+        lazyfuse.mark_step()
+
+
+def outcome_difference(eager: BaseException | None, lazy: BaseException | None) -> str | None:
+    """How the lazy call's outcome differs from eager's: raising or not, and
+    the exception type."""
+    if eager is None and lazy is not None:
+        return f"eager runs, lazy raised {lazy!r:.300}"
+    if eager is not None and lazy is None:
+        return f"eager raised {eager!r:.200}, lazy ran"
+    if eager is not None and not isinstance(lazy, type(eager)):
+        return f"eager raised {eager!r:.200}, lazy {lazy!r:.200}"
+    return None
 
 
 def _cases() -> list[Any]:

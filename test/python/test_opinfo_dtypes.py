@@ -13,20 +13,20 @@
 from __future__ import annotations
 
 import warnings
+from functools import partial
 from typing import Any
 
 import pytest
 import torch
 
-import lazyfuse
 from conftest import REFERENCE_DEVICE
 from test_opinfo import (
-    CLAIMED,
     DTYPES,
     _first_kept_samples,
-    _spelling,
     claimed_cases,
-    opinfo_entry,
+    claimed_entries,
+    outcome,
+    outcome_difference,
     run_forward,
     run_sample,
 )
@@ -36,13 +36,6 @@ EXTRA_DTYPES = [torch.int16, torch.int8, torch.complex64]
 EXTRA_SAMPLES = 3
 
 
-def _entries() -> list[Any]:
-    return [
-        pytest.param(opinfo_entry(name, variant), id=_spelling(name, variant))
-        for name, variant in CLAIMED
-    ]
-
-
 def _first_sample(op: Any, dtype: torch.dtype) -> Any | None:
     try:
         return next(iter(op.sample_inputs(REFERENCE_DEVICE, dtype, requires_grad=False)), None)
@@ -50,17 +43,7 @@ def _first_sample(op: Any, dtype: torch.dtype) -> Any | None:
         return None
 
 
-def _outcome(call: Any, *args: Any, **kwargs: Any) -> BaseException | None:
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            call(*args, **kwargs)
-    except Exception as error:  # noqa: BLE001 - the outcome is compared by the caller
-        return error
-    return None
-
-
-@pytest.mark.parametrize("op", _entries())
+@pytest.mark.parametrize("op", claimed_entries())
 def test_refuses_the_dtypes_eager_refuses(op: Any, lazy: torch.device) -> None:
     supported = op.supported_dtypes(REFERENCE_DEVICE)
     failures = []
@@ -69,16 +52,11 @@ def test_refuses_the_dtypes_eager_refuses(op: Any, lazy: torch.device) -> None:
         if sample is None:
             continue
         torch.manual_seed(0)
-        eager = _outcome(op, sample.input, *sample.args, **sample.kwargs)
+        _, eager = outcome(partial(op, sample.input, *sample.args, **sample.kwargs))
         torch.manual_seed(0)
-        lazy_error = _outcome(run_sample, op, sample, lazy)
-        lazyfuse.mark_step()  # the process stays usable after either
-        if eager is None and lazy_error is not None:
-            failures.append(f"{dtype}: eager runs, lazy raised {lazy_error!r:.300}")
-        elif eager is not None and lazy_error is None:
-            failures.append(f"{dtype}: eager raised {eager!r:.200}, lazy ran")
-        elif eager is not None and not isinstance(lazy_error, type(eager)):
-            failures.append(f"{dtype}: eager raised {eager!r:.200}, lazy {lazy_error!r:.200}")
+        _, lazy_error = outcome(partial(run_sample, op, sample, lazy))
+        if problem := outcome_difference(eager, lazy_error):
+            failures.append(f"{dtype}: {problem}")
     assert not failures, "\n".join(failures)
 
 

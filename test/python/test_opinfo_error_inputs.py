@@ -8,7 +8,7 @@ tensor raised RuntimeError where eager raises IndexError.
 from __future__ import annotations
 
 import re
-import warnings
+from functools import partial
 from typing import Any
 
 import pytest
@@ -17,7 +17,7 @@ from torch.utils._pytree import tree_map
 
 import lazyfuse
 from conftest import REFERENCE_DEVICE
-from test_opinfo import CLAIMED, _spelling, opinfo_entry
+from test_opinfo import claimed_entries, outcome
 
 # Eager's errors lazyfuse documents it does not raise (README, limitations).
 ACCEPTED = {
@@ -37,39 +37,24 @@ ACCEPTED = {
 OTHER_TYPE = r"Expected dim < static_cast<int64_t>\(self_sizes.size\(\)\)"
 
 
-def _entries() -> list[Any]:
-    return [
-        pytest.param(opinfo_entry(name, variant), id=_spelling(name, variant))
-        for name, variant in CLAIMED
-        if opinfo_entry(name, variant).error_inputs_func is not None
-    ]
-
-
-def _outcome(op: Any, sample: Any, device: torch.device | str) -> BaseException | None:
+def _run(op: Any, sample: Any, device: torch.device | str) -> None:
     def to(value: Any) -> Any:
         if isinstance(value, torch.Tensor) and value.device.type == "cpu":
             return value.detach().to(device)
         return value
 
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            result = op(to(sample.input), *tree_map(to, sample.args), **tree_map(to, sample.kwargs))
-            lazyfuse.mark_step()
-            tree_map(lambda v: v.cpu() if isinstance(v, torch.Tensor) else v, result)
-    except Exception as error:  # noqa: BLE001 - compared by the caller
-        lazyfuse.mark_step()
-        return error
-    return None
+    result = op(to(sample.input), *tree_map(to, sample.args), **tree_map(to, sample.kwargs))
+    lazyfuse.mark_step()
+    tree_map(lambda v: v.cpu() if isinstance(v, torch.Tensor) else v, result)
 
 
-@pytest.mark.parametrize("op", _entries())
+@pytest.mark.parametrize("op", claimed_entries(lambda op: op.error_inputs_func is not None))
 def test_error_inputs_raise_as_eager(op: Any, lazy: torch.device) -> None:
     failures = []
     for index, error_input in enumerate(op.error_inputs(REFERENCE_DEVICE)):
         sample = error_input.sample_input
-        eager = _outcome(op, sample, "cpu")
-        actual = _outcome(op, sample, lazy)
+        _, eager = outcome(partial(_run, op, sample, "cpu"))
+        _, actual = outcome(partial(_run, op, sample, lazy))
         if eager is None:
             continue  # an error input for another device than the CPU
         if actual is None:

@@ -19,7 +19,6 @@ fresh tensor and on a view of a base, which must see the write:
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -29,16 +28,15 @@ import torch
 import torch.autograd.forward_ad as fwAD
 from torch.utils._pytree import tree_flatten, tree_map
 
-import lazyfuse
 from conftest import REFERENCE_DEVICE
 from test_opinfo import (
-    CLAIMED,
     TOLERANCES,
     _first_kept_samples,
-    _spelling,
     _to_lazy,
     claimed_cases,
-    opinfo_entry,
+    claimed_entries,
+    outcome,
+    outcome_difference,
 )
 
 INPLACE_DTYPES = [torch.float32, torch.int64, torch.bool, torch.complex64]
@@ -67,27 +65,6 @@ def _in_view(tensor: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return base, base[1]
 
 
-def _outcome(call: Callable[[], Any]) -> tuple[Any, BaseException | None]:
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # eager's resize deprecation, fallbacks
-            return call(), None
-    except Exception as error:  # noqa: BLE001 - the outcome is compared by the caller
-        return None, error
-    finally:
-        lazyfuse.mark_step()  # the process stays usable after either
-
-
-def _same_outcome(op: Any, eager: BaseException | None, lazy: BaseException | None) -> str | None:
-    if eager is None and lazy is not None:
-        return f"eager runs, lazy raised {lazy!r:.300}"
-    if eager is not None and lazy is None:
-        return f"eager raised {eager!r:.200}, lazy ran"
-    if eager is not None and not isinstance(lazy, type(eager)):
-        return f"eager raised {eager!r:.200}, lazy {lazy!r:.200}"
-    return None
-
-
 def _assert_close(op: Any, actual: torch.Tensor, expected: torch.Tensor) -> None:
     tolerance = TOLERANCES.get((op.name, op.variant_test_name), {})
     torch.testing.assert_close(actual.cpu(), expected, equal_nan=True, **tolerance)
@@ -104,9 +81,9 @@ def _run_inplace(op: Any, sample: Any, lazy: torch.device, through_view: bool) -
         return target, base
 
     torch.manual_seed(0)
-    expected, eager_error = _outcome(lambda: run("cpu"))
+    expected, eager_error = outcome(lambda: run("cpu"))
     torch.manual_seed(0)
-    actual, lazy_error = _outcome(lambda: run(lazy))
+    actual, lazy_error = outcome(lambda: run(lazy))
     resized = expected is not None and expected[0].shape != sample.input.shape
     if resized and lazy_error is not None:
         # Eager CPU's addbmm_ resizes a target it would broadcast; lazyfuse
@@ -115,7 +92,7 @@ def _run_inplace(op: Any, sample: Any, lazy: torch.device, through_view: bool) -
         if "doesn't match the broadcast shape" not in str(lazy_error):
             return f"eager resized the target to {list(expected[0].shape)}; lazy: {lazy_error!r}"
         return None
-    if problem := _same_outcome(op, eager_error, lazy_error):
+    if problem := outcome_difference(eager_error, lazy_error):
         return problem
     if expected is not None:
         for e, a in zip(expected, actual, strict=True):
@@ -156,7 +133,7 @@ OUT_KINDS: dict[str, Callable[[torch.Tensor, torch.device | str], torch.Tensor]]
 
 def _run_out(op: Any, sample: Any, lazy: torch.device, kind: str) -> str | None:
     torch.manual_seed(0)
-    reference, error = _outcome(lambda: op(sample.input, *sample.args, **sample.kwargs))
+    reference, error = outcome(lambda: op(sample.input, *sample.args, **sample.kwargs))
     if error is not None or not _tensors_only(reference):
         return None  # test_opinfo compares the op itself
 
@@ -167,10 +144,10 @@ def _run_out(op: Any, sample: Any, lazy: torch.device, kind: str) -> str | None:
         return out, returned
 
     torch.manual_seed(0)
-    expected, eager_error = _outcome(lambda: run("cpu"))
+    expected, eager_error = outcome(lambda: run("cpu"))
     torch.manual_seed(0)
-    actual, lazy_error = _outcome(lambda: run(lazy))
-    if problem := _same_outcome(op, eager_error, lazy_error):
+    actual, lazy_error = outcome(lambda: run(lazy))
+    if problem := outcome_difference(eager_error, lazy_error):
         return problem
     if expected is not None:
         for e, a in zip(tree_flatten(expected)[0], tree_flatten(actual)[0], strict=True):
@@ -198,15 +175,6 @@ def test_out_variant(op: Any, dtype: torch.dtype, kind: str, lazy: torch.device)
 def _forward_ad_dtype(op: Any) -> torch.dtype:
     supported = op.supported_dtypes(REFERENCE_DEVICE)
     return torch.float64 if torch.float64 in supported else torch.float32
-
-
-def _forward_ad_cases(inplace: bool) -> list[Any]:
-    cases = []
-    for name, variant in CLAIMED:
-        op = opinfo_entry(name, variant)
-        if op.supports_forward_ad and (op.inplace_variant or not inplace):
-            cases.append(pytest.param(op, id=_spelling(name, variant)))
-    return cases
 
 
 def _with_tangents(
@@ -249,13 +217,13 @@ def _compare_forward_ad(op: Any, lazy: torch.device, through_view: bool | None) 
     for index, sample in enumerate(_first_samples(op, _forward_ad_dtype(op))[:FORWARD_AD_SAMPLES]):
         if not isinstance(sample.input, torch.Tensor):
             continue
-        expected, eager_error = _outcome(partial(_with_tangents, op, sample, "cpu", through_view))
+        expected, eager_error = outcome(partial(_with_tangents, op, sample, "cpu", through_view))
         if isinstance(eager_error, NotImplementedError) and "forward AD" in str(eager_error):
             # torch lacks the in-place formula (acosh_); lazyfuse writes the
             # functional op's result and tangent into the tensor.
-            expected, eager_error = _outcome(partial(_with_tangents, op, sample, "cpu", None))
-        actual, lazy_error = _outcome(partial(_with_tangents, op, sample, lazy, through_view))
-        if problem := _same_outcome(op, eager_error, lazy_error):
+            expected, eager_error = outcome(partial(_with_tangents, op, sample, "cpu", None))
+        actual, lazy_error = outcome(partial(_with_tangents, op, sample, lazy, through_view))
+        if problem := outcome_difference(eager_error, lazy_error):
             failures.append(f"sample {index}: {problem}")
         elif expected is not None:
             assert len(actual) == len(expected)
@@ -266,13 +234,15 @@ def _compare_forward_ad(op: Any, lazy: torch.device, through_view: bool | None) 
     return failures
 
 
-@pytest.mark.parametrize("op", _forward_ad_cases(inplace=False))
+@pytest.mark.parametrize("op", claimed_entries(lambda op: op.supports_forward_ad))
 def test_forward_ad(op: Any, lazy: torch.device) -> None:
     failures = _compare_forward_ad(op, lazy, None)
     assert not failures, "\n".join(failures)
 
 
-@pytest.mark.parametrize("op", _forward_ad_cases(inplace=True))
+@pytest.mark.parametrize(
+    "op", claimed_entries(lambda op: op.supports_forward_ad and op.inplace_variant)
+)
 @pytest.mark.parametrize("through_view", [False, True], ids=["tensor", "view"])
 def test_inplace_variant_under_forward_ad(op: Any, through_view: bool, lazy: torch.device) -> None:
     if through_view and (reason := INPLACE_VIEW_SKIPS.get((op.name, op.variant_test_name))):
