@@ -28,13 +28,6 @@ NOT_RUN = {
 }
 
 
-def _settings(info: Any) -> list[Any]:
-    try:
-        return list(info.optim_inputs_func(device="cpu"))
-    except TypeError:  # older torch: the dtype is an argument too
-        return list(info.optim_inputs_func(device="cpu", dtype=torch.float32))
-
-
 def _cases() -> list[Any]:
     cases = []
     for info in optim_db:
@@ -42,7 +35,7 @@ def _cases() -> list[Any]:
         if name in NOT_RUN:
             cases.append(pytest.param(info, None, None, marks=pytest.mark.skip(NOT_RUN[name])))
             continue
-        for setting in _settings(info):
+        for setting in info.optim_inputs_func(device="cpu"):
             for impl in [None, *[i for i in ("foreach", "fused") if i in info.supported_impls]]:
                 cases.append(
                     pytest.param(info, setting, impl, id=f"{name}-{setting.desc}-{impl or 'loop'}")
