@@ -175,6 +175,16 @@ void DropIrOfComputedTensor(const torch::lazy::LazyTensorPtr& tensor) {
 }
 
 at::Tensor ReadValue(const torch::lazy::LazyTensorPtr& tensor, bool detached) {
+  if (tensor->CurrentDataHandle() == nullptr && tensor->CurrentIrValue()) {
+    // The read runs every live tensor's pending value, as mark_step does. LTC
+    // would run this tensor's alone and leave the others' IR pending, IR that
+    // shares this graph's nodes: the next graph computed them again, so a
+    // loop reading its loss each iteration without mark_step recomputed every
+    // earlier iteration at each read. This sync puts back, on failure, what
+    // it took (SyncLiveTensorsGraph).
+    const torch::lazy::BackendDevice device = tensor->GetDevice();
+    torch::lazy::LazyGraphExecutor::Get()->SyncLiveTensorsGraph(&device, {}, /*wait=*/true);
+  }
   // LTC gives the tensor an empty output buffer for its IR before the run; a
   // failed run leaves it empty, and the next read would find no value at all.
   const torch::lazy::Value pending =

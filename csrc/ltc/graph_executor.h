@@ -21,11 +21,13 @@ torch::lazy::hash_t PendingGraphHash();
 // handle is the IR's value, so the IR is dropped.
 void DropIrOfComputedTensor(const torch::lazy::LazyTensorPtr& tensor);
 
-// The value of `tensor`, running its pending graph if it has one. LTC keeps
+// The value of `tensor`. If it is pending, the read first syncs every live
+// tensor of its device, as mark_step does (the step stays open). LTC keeps
 // a failure of that graph on the device's lock, to raise again at the next
 // sync of any tensor; lazyfuse raises it here, at once, so it is taken off
-// the device and a later, unrelated read does not fail with it. The tensor
-// keeps its IR, so reading it again raises the same error.
+// the device and a later, unrelated read does not fail with it. The tensors
+// get back what the sync took (SyncLiveTensorsGraph), so reading this one
+// again raises the same error.
 at::Tensor ReadValue(const torch::lazy::LazyTensorPtr& tensor, bool detached);
 
 // Takes a failure LTC kept on the device's lock off it (see ReadValue): each

@@ -212,7 +212,7 @@ def test_a_value_read_before_mark_step_is_not_overwritten(steps: str) -> None:
     old = p * 1  # IR that reads the old value, synced below by a read of its own
     q = p + 0
     p.add_(g)
-    total = q.sum().item()  # syncs q alone: p's old data stays in old's IR
+    total = q.sum().item()  # syncs every live tensor, old's IR included
     lazyfuse.mark_step()
     expected_old = q.cpu()
     torch.testing.assert_close(old.cpu(), expected_old)
@@ -237,9 +237,23 @@ def test_an_input_read_by_two_kernels_is_taken_by_neither_before_its_last_read(s
 def test_no_donation_for_partial_syncs(steps: str) -> None:
     p, g = lazy_pair()
     expected = p.cpu() + g.cpu()
+    old = p * 1  # IR that still reads p's old data after the sync below
     p.add_(g)
-    assert p.sum().item() == pytest.approx(expected.sum().item(), rel=1e-5)
+    torch._lazy.sync_multi([p], [])  # syncs p alone
     assert donated() == 0
+    torch.testing.assert_close(p.cpu(), expected)
+    torch.testing.assert_close(old.cpu(), expected - g.cpu())
+
+
+@BOTH_STEPS
+def test_a_read_syncs_every_live_tensor_so_may_donate(steps: str) -> None:
+    p, g = lazy_pair()
+    expected = p.cpu() + g.cpu()
+    p.add_(g)
+    # Reading another value syncs p too, as mark_step would, so nothing is
+    # left to read p's old data: the update may take its memory.
+    assert g.sum().item() == pytest.approx(g.cpu().sum().item(), rel=1e-5)
+    assert donated() == 1
     torch.testing.assert_close(p.cpu(), expected)
 
 

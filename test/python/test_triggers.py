@@ -158,3 +158,46 @@ def test_optional_operands_keep_their_role(lazy: torch.device) -> None:
         lazyfuse.mark_step()
         torch.testing.assert_close(low.cpu(), torch.clamp(x, b, None))
         torch.testing.assert_close(high.cpu(), torch.clamp(x, None, b))
+
+
+def test_a_read_runs_every_pending_value_once(lazy: torch.device) -> None:
+    x = torch.arange(6, dtype=torch.float32).to(lazy)
+    hidden = x * 2 + 1
+    unrelated = torch.ones(3).to(lazy) * 5
+    assert hidden.sum().item() == 36.0
+    assert graphs_executed() == 1
+    # Both were computed by that read's graph: reading them runs none.
+    assert hidden.cpu().tolist() == [1.0, 3.0, 5.0, 7.0, 9.0, 11.0]
+    assert unrelated.cpu().tolist() == [5.0, 5.0, 5.0]
+    assert graphs_executed() == 1
+
+
+def test_a_loop_that_reads_its_loss_without_mark_step_stays_one_graph_size(
+    lazy: torch.device,
+) -> None:
+    def train(device: torch.device) -> tuple[list[float], torch.nn.Module]:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(
+            torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1)
+        ).to(device)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        x = torch.randn(32, 8).to(device)
+        losses = []
+        for _ in range(8):
+            optimizer.zero_grad()
+            loss = model(x).pow(2).mean()
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())  # no mark_step
+        return losses, model
+
+    eager_losses, eager_model = train(torch.device("cpu"))
+    lazy_losses, lazy_model = train(lazy)
+    # Each read ran the whole iteration, so the next one starts from values:
+    # one graph per iteration, of one size, not one that grows by an
+    # iteration each time and computes every earlier update again.
+    steps = lazyfuse.metrics.steps_per_graph()
+    assert len(steps) == 8 and len(set(steps[2:])) == 1, steps
+    torch.testing.assert_close(lazy_losses, eager_losses)
+    for eager_p, lazy_p in zip(eager_model.parameters(), lazy_model.parameters(), strict=True):
+        torch.testing.assert_close(lazy_p.detach().cpu(), eager_p.detach())
