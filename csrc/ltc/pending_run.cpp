@@ -457,16 +457,19 @@ void WaitForCpuStreamRuns() {
   }
   for (const auto& weak : runs) {
     if (const std::shared_ptr<PendingRun> run = weak.lock()) {
+      // A failure raised already, by a read of a result or an earlier wait,
+      // is not raised again: each read of a lost value says so itself, and
+      // a read of something else must not fail with it.
+      if (!run->Unfinished() || run->reported()) {
+        continue;  // finished, or its failure was raised already
+      }
+      run->NoteFailureReported();
       const std::string lost = run->lost();
       TORCH_CHECK(lost.empty(),
                   "lazyfuse: a graph that mark_step handed to the CPU stream (asynchronous "
                   "execution; LAZYFUSE_ASYNC=0 turns it off) failed when it ran, and what it "
                   "computes cannot be made again. ",
                   lost);
-      if (!run->Unfinished() || run->reported()) {
-        continue;  // finished, or its failure was raised already
-      }
-      run->NoteFailureReported();
       TORCH_CHECK(false,
                   "lazyfuse: a graph that mark_step handed to the CPU stream (asynchronous "
                   "execution; LAZYFUSE_ASYNC=0 turns it off) failed when it ran. Nothing is lost: "

@@ -350,6 +350,11 @@ def test_a_wait_says_when_a_failed_graph_lost_its_values(lazy) -> None:
         finally:
             lazyfuse._C._inject_kernel_faults(False)
         assert counter(STREAM_FAILURES) == 1
+        # Raised once, by that wait: a second wait, and a read of another
+        # value (which syncs every live tensor, p still among them), go on.
+        lazyfuse.wait_device_ops()
+        other = torch.arange(3.0).to(lazy) + 1
+        torch.testing.assert_close(other.cpu(), torch.arange(3.0) + 1)
         for _ in range(2):
             with pytest.raises(RuntimeError, match="this value was lost.*began writing") as raised:
                 p.cpu()
