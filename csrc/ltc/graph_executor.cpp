@@ -3,6 +3,7 @@
 #include <c10/util/Exception.h>
 #include <torch/csrc/lazy/core/ir_util.h>
 #include <torch/csrc/lazy/core/metrics.h>
+#include <torch/csrc/lazy/core/trie.h>
 
 #include <unordered_map>
 #include <utility>
@@ -164,6 +165,17 @@ void FailTensorsReadingFailedData(
 
 }  // namespace
 
+void EndIrReuseStep(const torch::lazy::BackendDevice& device) {
+  std::vector<const torch::lazy::Node*> held;
+  for (const auto& tensor : torch::lazy::LazyGraphExecutor::Get()->GetLiveTensors(&device)) {
+    DropIrOfComputedTensor(tensor);
+    if (const torch::lazy::Value value = tensor->CurrentIrValue()) {
+      held.push_back(value.node.get());
+    }
+  }
+  DeviceData::EndStep(held);
+}
+
 torch::lazy::hash_t PendingGraphHash() {
   return t_pending_hash;
 }
@@ -184,22 +196,24 @@ at::Tensor ReadValue(const torch::lazy::LazyTensorPtr& tensor, bool detached) {
     // it took (SyncLiveTensorsGraph).
     const torch::lazy::BackendDevice device = tensor->GetDevice();
     torch::lazy::LazyGraphExecutor::Get()->SyncLiveTensorsGraph(&device, {}, /*wait=*/true);
+    // Every live tensor has its value, as after mark_step, so IR reuse starts
+    // a new step as well. Otherwise its TrieCache kept the nodes, and the old
+    // data, of every read until a mark_step that a loop of reads may never
+    // call, and as holders of that data they kept the next graph from
+    // donating it.
+    torch::lazy::TrieCache::Get()->ResetCurrent();
+    EndIrReuseStep(device);
   }
-  // LTC gives the tensor an empty output buffer for its IR before the run; a
-  // failed run leaves it empty, and the next read would find no value at all.
-  const torch::lazy::Value pending =
-      tensor->CurrentDataHandle() == nullptr ? tensor->CurrentIrValue() : torch::lazy::Value();
+  // The sync gave every live tensor a value, or data that raises its failure;
+  // LTC's read would sync this tensor alone, and put nothing back on failure.
+  TORCH_CHECK(tensor->CurrentDataHandle() != nullptr || !tensor->CurrentIrValue(),
+              "lazyfuse: internal error: a read synced every live tensor, but the tensor read "
+              "still has no value; its pending value is kept");
   try {
     at::Tensor value = tensor->ToTensor(detached);
     ForgetPriorValue(*tensor);
     return value;
   } catch (...) {
-    if (pending) {
-      // The read raises the failure, so a value the graph updated is undone.
-      const std::exception_ptr failure = std::current_exception();
-      const bool undo = FailureUndoes(failure);
-      RestoreAfterFailure(tensor, pending, undo, FailureKept(pending, failure, undo));
-    }
     t_synced_results = SyncedResults();  // its node addresses may be reused
     ClearKeptFailure(tensor->GetDevice());
     throw;
@@ -324,14 +338,7 @@ void LazyFuseGraphExecutor::SyncLiveTensorsGraph(const torch::lazy::BackendDevic
 
 void LazyFuseGraphExecutor::MarkStep(const torch::lazy::BackendDevice& device) {
   torch::lazy::LazyGraphExecutor::MarkStep(device);
-  std::vector<const torch::lazy::Node*> held;
-  for (const auto& tensor : GetLiveTensors(&device)) {
-    DropIrOfComputedTensor(tensor);
-    if (const torch::lazy::Value value = tensor->CurrentIrValue()) {
-      held.push_back(value.node.get());
-    }
-  }
-  DeviceData::EndStep(held);
+  EndIrReuseStep(device);
 }
 
 torch::lazy::LazyGraphExecutor::PostOrderData LazyFuseGraphExecutor::RunPostOrder(

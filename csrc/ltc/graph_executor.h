@@ -21,6 +21,11 @@ torch::lazy::hash_t PendingGraphHash();
 // handle is the IR's value, so the IR is dropped.
 void DropIrOfComputedTensor(const torch::lazy::LazyTensorPtr& tensor);
 
+// After a sync of every live tensor (mark_step, or a read): starts a new step
+// for IR reuse, letting go of the data of nodes no tensor can read any more
+// (DeviceData::EndStep). Drops the IR of tensors that have their value.
+void EndIrReuseStep(const torch::lazy::BackendDevice& device);
+
 // The value of `tensor`. If it is pending, the read first syncs every live
 // tensor of its device, as mark_step does (the step stays open). LTC keeps
 // a failure of that graph on the device's lock, to raise again at the next

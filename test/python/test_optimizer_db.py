@@ -85,7 +85,9 @@ def test_optimizer_steps_match_eager(info: Any, setting: Any, impl: str | None) 
         got = train(info, kwargs, lazy)
         # Its line search and stopping tests branch on values a rounding
         # apart, so the history may differ in length: compare parameters.
-        torch.testing.assert_close(got[:2], expected[:2], rtol=1e-4, atol=1e-5)
+        # Fused kernels round differently; against a float64 run, lazy's
+        # parameters were 1.1e-5 off and eager's 5e-6.
+        torch.testing.assert_close(got[:2], expected[:2], rtol=1e-4, atol=1e-4)
         return
     got = train(info, kwargs, lazy)
     assert lazyfuse.metrics.fallback_counts() == {}, lazyfuse.metrics.fallback_counts()
