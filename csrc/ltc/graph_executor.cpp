@@ -166,6 +166,9 @@ void FailTensorsReadingFailedData(
 }  // namespace
 
 void EndIrReuseStep(const torch::lazy::BackendDevice& device) {
+  // LTC's MarkStep resets the TrieCache too; a read that synced every live
+  // tensor calls this alone, and must reset it as well.
+  torch::lazy::TrieCache::Get()->ResetCurrent();
   std::vector<const torch::lazy::Node*> held;
   for (const auto& tensor : torch::lazy::LazyGraphExecutor::Get()->GetLiveTensors(&device)) {
     DropIrOfComputedTensor(tensor);
@@ -201,7 +204,6 @@ at::Tensor ReadValue(const torch::lazy::LazyTensorPtr& tensor, bool detached) {
     // data, of every read until a mark_step that a loop of reads may never
     // call, and as holders of that data they kept the next graph from
     // donating it.
-    torch::lazy::TrieCache::Get()->ResetCurrent();
     EndIrReuseStep(device);
   }
   // The sync gave every live tensor a value, or data that raises its failure;

@@ -22,8 +22,9 @@ torch::lazy::hash_t PendingGraphHash();
 void DropIrOfComputedTensor(const torch::lazy::LazyTensorPtr& tensor);
 
 // After a sync of every live tensor (mark_step, or a read): starts a new step
-// for IR reuse, letting go of the data of nodes no tensor can read any more
-// (DeviceData::EndStep). Drops the IR of tensors that have their value.
+// for IR reuse: resets the TrieCache, and lets go of the data of nodes no
+// tensor can read any more (DeviceData::EndStep). Drops the IR of tensors that
+// have their value.
 void EndIrReuseStep(const torch::lazy::BackendDevice& device);
 
 // The value of `tensor`. If it is pending, the read first syncs every live

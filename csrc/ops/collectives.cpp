@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "ltc/config.h"
+#include "ltc/graph_executor.h"
 #include "ops/closure_node.h"
 #include "ops/collective_call.h"
 #include "ops/functional_tensors.h"
@@ -382,6 +383,7 @@ void SyncCollectivesBeforeRead() {
     device = token.tensor->GetDevice();
   }
   torch::lazy::LazyGraphExecutor::Get()->SyncLiveTensorsGraph(&*device, {}, /*wait=*/true);
+  EndIrReuseStep(*device);  // every live tensor has its value, as after mark_step
 }
 
 }  // namespace lazyfuse
