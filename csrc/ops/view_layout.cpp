@@ -222,6 +222,22 @@ at::Tensor View(c10::DispatchKeySet keys, const at::Tensor& self, c10::SymIntArr
 
 }  // namespace
 
+at::Tensor EagerContiguous(const at::Tensor& self, at::MemoryFormat memory_format) {
+  // Eager's messages: its copy in that layout needs the rank.
+  TORCH_CHECK(memory_format != at::MemoryFormat::ChannelsLast || self.dim() == 4,
+              "required rank 4 tensor to use channels_last format");
+  TORCH_CHECK(memory_format != at::MemoryFormat::ChannelsLast3d || self.dim() == 5,
+              "required rank 5 tensor to use channels_last_3d format");
+  if (memory_format != at::MemoryFormat::Preserve && IsLazyFunctional(self) &&
+      !self.unsafeGetTensorImpl()->has_symbolic_sizes_strides()) {
+    const std::optional<at::Tensor> layout = EagerLayout(self);
+    if (layout && !layout->is_contiguous(memory_format)) {
+      return self.clone(memory_format);
+    }
+  }
+  return self.contiguous(memory_format);
+}
+
 void RegisterEagerLayoutViews() {
   static auto* library = new torch::Library(
       torch::Library::IMPL, "aten", c10::DispatchKey::AutogradLazy, __FILE__, __LINE__);

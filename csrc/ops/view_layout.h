@@ -21,11 +21,18 @@ namespace lazyfuse {
 // ViewMetas replayed on an IR-only lazy tensor. nullopt when a view in the
 // chain has no eager counterpart here (view_as_real, view(dtype)).
 //
-// Not covered: `contiguous()`, which Tensor's C++ and Python methods answer
-// from the lazy tensor's strides before any dispatch, so
-// `x.t().contiguous()` still aliases x; and views under inference mode, where
-// no autograd kernel runs.
+// Not covered: views under inference mode, where no autograd kernel runs;
+// and `contiguous()` called from C++, which Tensor's C++ method answers from
+// the lazy tensor's strides before any dispatch (Python's calls
+// EagerContiguous, python/lazyfuse/contiguous.py).
 std::optional<at::Tensor> EagerLayout(const at::Tensor& functional);
+
+// `self.contiguous(memory_format)` as eager answers it: a copy where eager's
+// layout of the lazy tensor is not contiguous in `memory_format` (a
+// transposed or sliced view, or any tensor asked for channels_last), so that
+// writes to the result never reach `self` where eager's would not; else
+// `self`, whose writes reach its base, as in eager.
+at::Tensor EagerContiguous(const at::Tensor& self, at::MemoryFormat memory_format);
 
 // An AutogradLazy kernel for `view` that copies, as eager's reshape does,
 // where EagerLayout allows no view. Called once from the backend's init.

@@ -17,6 +17,7 @@
 #include "ltc/pending_run.h"
 #include "ops/autocast.h"
 #include "ops/functionalized_composite.h"
+#include "ops/view_layout.h"
 #include "program/compile_log.h"
 #include "program/memory_meter.h"
 #include "program/pending_graph.h"
@@ -244,6 +245,7 @@ PYBIND11_MODULE(_C, m) {
     return LowerPendingGraph(tensors).program->ToString();
   });
   m.def("_last_fusion_plan", &LastFusionPlan);
+  m.def("_eager_contiguous", &EagerContiguous);
   m.def("_dynamic_kernels", [] {
     const DynamicKernels mode = GetDynamicKernels();
     return std::string(mode == DynamicKernels::kAuto  ? "auto"

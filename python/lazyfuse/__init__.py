@@ -74,6 +74,7 @@ _C._set_library_dirs(
 from lazyfuse import (  # noqa: E402, F401
     amp,
     config,
+    contiguous,
     debug,
     distributed,
     fx_tracing,
@@ -87,6 +88,7 @@ from lazyfuse.amp import autocast  # noqa: E402
 
 amp.install_torch_autocast()
 serialization.install()
+contiguous.install()
 
 __all__ = [
     "add_step_closure",

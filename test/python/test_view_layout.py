@@ -1,11 +1,12 @@
-"""Reshapes of lazy views alias or copy as eager's do: Note [Eager's layout of
-a lazy view] (csrc/ops/view_layout.h).
+"""Reshapes and contiguous() of lazy views alias or copy as eager's do: Note
+[Eager's layout of a lazy view] (csrc/ops/view_layout.h).
 
 Lazy tensors report contiguous strides, so ATen's reshape (which takes
 `view` for lazy tensors) always aliased, where eager copies a view its
 strides cannot reshape: `y = x.t().reshape(-1); y.add_(1)` wrote into x.
-Random view chains are reshaped and written on both devices, and the base
-and the result compared.
+`Tensor.contiguous()`, which asks the strides before any dispatch, did the
+same. Random view chains are reshaped and written on both devices, and the
+base and the result compared.
 """
 
 from __future__ import annotations
@@ -77,31 +78,106 @@ def _chain(seed: int) -> list[tuple[str, ViewStep]]:
     return steps
 
 
-def _run(device: torch.device, steps: list[tuple[str, ViewStep]], ends_in: str, mark_step: bool):
+ENDINGS: dict[str, ViewStep] = {
+    "reshape": lambda view: view.reshape(-1),
+    "flatten": lambda view: view.flatten(),
+    "contiguous": lambda view: view.contiguous(),
+}
+
+
+def _run(
+    device: torch.device,
+    steps: list[tuple[str, ViewStep]],
+    ends_in: str,
+    mark_step: bool,
+    write: bool | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, bool]:
+    """The base and the result after a write to the result, both ways round:
+    the result, then the base. `write=None` (eager) decides whether to write:
+    eager refuses a write to an alias of a repeating view."""
     base = torch.arange(24.0, device=device).view(2, 3, 4)
     view = base
     for _, step in steps:
         view = step(view)
     if mark_step and device.type == "lazy":
         lazyfuse.mark_step()  # the view's value is materialized; its chain is replayed
-    result = view.reshape(-1) if ends_in == "reshape" else view.flatten()
-    if view.stride().count(0) == 0 or view.numel() <= 1:
-        result.mul_(-1)  # a write to an alias of a repeating view would be refused
-    return base.cpu(), result.cpu()
+    result = ENDINGS[ends_in](view)
+    if write is None:
+        write = result.stride().count(0) == 0 or result.numel() <= 1
+    if write:
+        result.mul_(-1)
+        base.add_(100)
+    return base.cpu(), result.cpu(), write
 
 
 @pytest.mark.parametrize("mark_step", [False, True], ids=["traced", "materialized"])
-@pytest.mark.parametrize("ends_in", ["reshape", "flatten"])
+@pytest.mark.parametrize("ends_in", sorted(ENDINGS))
 @pytest.mark.parametrize("seed", range(60))
 def test_reshape_of_a_random_view_chain_aliases_as_in_eager(
     seed: int, ends_in: str, mark_step: bool, lazy: torch.device
 ) -> None:
     steps = _chain(seed)
     names = " . ".join(name for name, _ in steps)
-    eager_base, eager_result = _run(torch.device("cpu"), steps, ends_in, mark_step)
-    lazy_base, lazy_result = _run(lazy, steps, ends_in, mark_step)
+    eager_base, eager_result, write = _run(torch.device("cpu"), steps, ends_in, mark_step)
+    lazy_base, lazy_result, _ = _run(lazy, steps, ends_in, mark_step, write)
     assert torch.equal(lazy_base, eager_base), names
     assert torch.equal(lazy_result, eager_result), names
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        pytest.param(lambda x: x, id="base"),
+        pytest.param(lambda x: x[1:], id="rows"),
+        pytest.param(lambda x: x[:, :, 1:], id="columns"),
+        pytest.param(lambda x: x.permute(0, 2, 3, 1), id="permuted"),
+        pytest.param(lambda x: x[:, :1].expand(2, 3, 4, 5), id="expanded"),
+    ],
+)
+def test_contiguous_channels_last_copies_as_in_eager(make: ViewStep, lazy: torch.device) -> None:
+    # Eager copies any tensor that is not already channels_last; lazy tensors
+    # said they were, and returned an alias.
+    results = []
+    for device in (torch.device("cpu"), lazy):
+        base = torch.arange(120.0, device=device).view(2, 3, 4, 5)
+        view = make(base)
+        result = view.contiguous(memory_format=torch.channels_last)
+        result.mul_(-1)
+        base.add_(100)
+        results.append((base.cpu(), result.cpu(), result is view))
+    (eager_base, eager_result, eager_same), (lazy_base, lazy_result, lazy_same) = results
+    assert torch.equal(lazy_base, eager_base)
+    assert torch.equal(lazy_result, eager_result)
+    assert lazy_same == eager_same
+
+
+def test_contiguous_returns_the_tensor_itself_where_eager_does(lazy: torch.device) -> None:
+    x = torch.zeros(3, 4, device=lazy)
+    for same in (x, x[1], x[1:], x.view(12), x.unsqueeze(0)):
+        assert same.contiguous() is same
+    for copied in (x.t(), x[:, 1:], x[::2], x[:1].expand(3, 4)):
+        assert copied.contiguous() is not copied
+
+
+def test_contiguous_keeps_autograd(lazy: torch.device) -> None:
+    weight = torch.randn(3, 4, requires_grad=True)
+    lazy_weight = weight.detach().to(lazy).requires_grad_()
+    for w in (weight, lazy_weight):
+        (w.t().contiguous() * torch.arange(12.0, device=w.device).view(4, 3)).sum().backward()
+    assert lazy_weight.grad is not None and weight.grad is not None
+    torch.testing.assert_close(lazy_weight.grad.cpu(), weight.grad)
+
+
+def test_contiguous_of_other_tensors_is_torchs(lazy: torch.device) -> None:
+    x = torch.arange(6.0).view(2, 3)
+    assert x.contiguous() is x
+    copy = x.t().contiguous()
+    assert copy.is_contiguous() and torch.equal(copy, x.t())
+    copy.zero_()
+    assert torch.equal(x, torch.arange(6.0).view(2, 3))
+    for t in (x.t(), x.t().to(lazy)):
+        with pytest.raises(RuntimeError, match="required rank 4 tensor to use channels_last"):
+            t.contiguous(memory_format=torch.channels_last)
 
 
 def test_a_view_eager_cannot_make_copies_as_reshape_would(lazy: torch.device) -> None:
