@@ -58,9 +58,12 @@ if [ ! -f "$ready" ] || ! "$venv/bin/python" -c "import torch" 2>/dev/null; then
   # The machine's pip constraint caps torch below the newest releases; a
   # version check asks for one release exactly, so the cap does not apply.
   PIP_CONSTRAINT=/dev/null "$venv/bin/python" -m pip install --quiet "torch==$version" numpy \
-    pytest pyyaml expecttest hypothesis setuptools wheel
+    pytest pytest-xdist pyyaml expecttest hypothesis setuptools wheel
   touch "$ready"
 fi
+# A venv made before the tests ran in two processes lacks pytest-xdist.
+"$venv/bin/python" -c "import xdist" 2>/dev/null ||
+  PIP_CONSTRAINT=/dev/null "$venv/bin/python" -m pip install --quiet pytest-xdist
 installed=$("$venv/bin/python" -c "import torch; print(torch.__version__)")
 echo "== torch $installed in $venv"
 
@@ -81,12 +84,14 @@ wheel=$(ls "$src"/dist/lazyfuse-*.whl)
 "$venv/bin/python" -m pip install --quiet --no-deps --force-reinstall "$wheel"
 
 # ---- the tests, against the installed wheel, not the source tree ----
+# One pytest process per core, as scripts/test.sh runs them.
+workers=${LAZYFUSE_TEST_WORKERS:-$(nproc)}
 cd "$src/test/python"
 "$venv/bin/python" -c "import lazyfuse, torch; assert lazyfuse.__file__.startswith('$venv'), lazyfuse.__file__"
-"$venv/bin/python" -m pytest -q -p no:cacheprovider test_api.py test_models.py test_opinfo.py \
+"$venv/bin/python" -m pytest -q -n "$workers" -p no:cacheprovider test_api.py test_models.py test_opinfo.py \
   -k "test_api or lenet or mlp or (test_opinfo and float32 and not emulated)"
 # Functionalization's internals, which lazyfuse wraps, move between releases.
-"$venv/bin/python" -m pytest -q -p no:cacheprovider test_resizes.py test_opinfo_variants.py \
+"$venv/bin/python" -m pytest -q -n "$workers" -p no:cacheprovider test_resizes.py test_opinfo_variants.py \
   -k "test_resizes or (view and float32) or forward_ad"
 
 # ---- a wheel taken to another torch says so ----

@@ -12,8 +12,9 @@ if ! "$PYTHON" -c "import torch" 2>/dev/null; then
   "$PYTHON" -m pip install torch==2.13.0
 fi
 # transformers: the README's "Testing your model" example is a test.
-"$PYTHON" -m pip install --quiet pytest pyyaml expecttest hypothesis setuptools wheel matplotlib \
-  transformers
+# pytest-xdist: scripts/test.sh runs the tests in one process per core.
+"$PYTHON" -m pip install --quiet pytest pytest-xdist pyyaml expecttest hypothesis setuptools \
+  wheel matplotlib transformers
 command -v cmake >/dev/null || "$PYTHON" -m pip install --quiet cmake
 command -v ninja >/dev/null || "$PYTHON" -m pip install --quiet ninja
 

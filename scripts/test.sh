@@ -11,4 +11,8 @@ if [ -x "$build_dir/lazyfuse_cpp_tests" ]; then
 else
   echo "C++ tests not built: GoogleTest was not found"
 fi
-exec "${PYTHON:-python3}" -m pytest -q test/python "$@"
+# One pytest process per core (LAZYFUSE_TEST_WORKERS overrides): a test
+# spends much of its time waiting on the host compiler, single-threaded, for
+# its kernels, and a cold kernel cache is most of a fresh machine's run.
+workers=${LAZYFUSE_TEST_WORKERS:-$(nproc)}
+exec "${PYTHON:-python3}" -m pytest -q -n "$workers" test/python "$@"
