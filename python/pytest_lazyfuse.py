@@ -14,7 +14,7 @@ must not pay for.
 - ``pytest --lazyfuse-emulate`` runs fused kernels under CUDA emulation on a
   machine without a GPU, strictly: a kernel that fails fails the test.
 - At the end of the run: graphs compiled and run, kernel launches, and the
-  eager fallbacks per op.
+  eager fallbacks per op, summed over pytest-xdist's workers.
 
 Nothing here imports lazyfuse until a test uses it, so projects that never
 do pay nothing.
@@ -86,6 +86,23 @@ class RunTotals:
         self.executed += change.executed
         self.launches += change.launches
         self.tests += 1
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain values, which pytest-xdist can send from a worker."""
+        return {
+            "fallbacks": dict(self.fallbacks),
+            "compiled": self.compiled,
+            "executed": self.executed,
+            "launches": self.launches,
+            "tests": self.tests,
+        }
+
+    def merge(self, worker: dict[str, Any]) -> None:
+        self.fallbacks.update(worker["fallbacks"])
+        self.compiled += worker["compiled"]
+        self.executed += worker["executed"]
+        self.launches += worker["launches"]
+        self.tests += worker["tests"]
 
 
 TOTALS = pytest.StashKey[RunTotals]()
@@ -173,6 +190,25 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
             pytrace=False,
         )
     return result
+
+
+WORKER_TOTALS = "lazyfuse_totals"
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    # Under pytest-xdist the tests ran in workers, and the controller prints
+    # the summary: each worker sends it its totals.
+    worker_output = getattr(session.config, "workeroutput", None)
+    if worker_output is not None:
+        worker_output[WORKER_TOTALS] = session.config.stash[TOTALS].as_dict()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """pytest-xdist's hook in the controller: a worker has finished."""
+    sent = getattr(node, "workeroutput", {}).get(WORKER_TOTALS)
+    if sent:
+        node.config.stash[TOTALS].merge(sent)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

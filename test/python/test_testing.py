@@ -192,6 +192,20 @@ def test_the_plugin_fixtures_marker_and_summary(pytester: pytest.Pytester) -> No
     )
 
 
+def test_the_plugin_summary_sums_pytest_xdist_workers(pytester: pytest.Pytester) -> None:
+    pytest.importorskip("xdist", reason="pytest-xdist is not installed (scripts/setup_env.sh)")
+    pytester.makepyfile(test_user=PLUGIN_TESTS)
+    result = pytester.runpytest_subprocess("-n", "2", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*= lazyfuse =*",
+            "3 tests ran with lazyfuse loaded*",
+            "*eager fallbacks per op: aten::cos 2*",
+        ]
+    )
+
+
 def test_the_plugin_leaves_lazyfuse_unloaded_for_tests_that_do_not_use_it(
     pytester: pytest.Pytester,
 ) -> None:
