@@ -1,4 +1,5 @@
 import os
+from collections import Counter
 from collections.abc import Iterator
 
 # Before lazyfuse reads its settings: in tests a fused kernel that fails to
@@ -157,10 +158,44 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         )
 
 
+# The suite's closing lines: each module's tally, and the function that
+# words it. Under pytest-xdist the workers fill the tallies and the
+# controller, which imports no test module, prints the lines: each worker
+# sends its tallies, which the controller adds to its own import of the module.
+SUMMARIES = (("test_opinfo", "TALLY", "opinfo_summary"), ("test_fuzz", "_results", "fuzz_summary"))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    import sys
+
+    worker_output = getattr(session.config, "workeroutput", None)
+    if worker_output is None:
+        return
+    for name, tally, _ in SUMMARIES:
+        if name in sys.modules:
+            # Plain lists: tuple keys do not survive xdist's channel.
+            worker_output[name] = [
+                [key, value] for key, value in getattr(sys.modules[name], tally).items()
+            ]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: object, error: object) -> None:
+    import importlib
+
+    sent = getattr(node, "workeroutput", {})
+    for name, tally, _ in SUMMARIES:
+        if sent.get(name):
+            held = getattr(importlib.import_module(name), tally)
+            for key, value in sent[name]:
+                key = tuple(key) if isinstance(key, list) else key
+                held[key] = held.get(key, 0) + value if isinstance(held, Counter) else value
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     import sys
 
-    for name, summary in (("test_opinfo", "opinfo_summary"), ("test_fuzz", "fuzz_summary")):
+    for name, _, summary in SUMMARIES:
         module = sys.modules.get(name)
         line = getattr(module, summary)() if module else None
         if line:
