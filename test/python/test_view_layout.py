@@ -197,3 +197,14 @@ def test_reshape_keeps_autograd(lazy: torch.device) -> None:
         (w.t().reshape(-1) * torch.arange(12.0, device=w.device)).sum().backward()
     assert lazy_weight.grad is not None and weight.grad is not None
     torch.testing.assert_close(lazy_weight.grad.cpu(), weight.grad)
+
+
+def test_contiguous_of_eager_tensors_traces_whole_under_torch_compile() -> None:
+    # The wrapper is Python, which Dynamo inlines: a call of torch's C method
+    # from it broke the graph.
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return x.t().contiguous() * 2 + x.contiguous(memory_format=torch.contiguous_format).sum()
+
+    x = torch.randn(4, 5)
+    compiled = torch.compile(f, backend="eager", fullgraph=True)
+    torch.testing.assert_close(compiled(x), f(x))
