@@ -228,8 +228,12 @@ at::Tensor EagerContiguous(const at::Tensor& self, at::MemoryFormat memory_forma
               "required rank 4 tensor to use channels_last format");
   TORCH_CHECK(memory_format != at::MemoryFormat::ChannelsLast3d || self.dim() == 5,
               "required rank 5 tensor to use channels_last_3d format");
-  if (memory_format != at::MemoryFormat::Preserve && IsLazyFunctional(self) &&
-      !self.unsafeGetTensorImpl()->has_symbolic_sizes_strides()) {
+  // A base, or a view only of views that keep it contiguous, is contiguous
+  // in eager too: the common call, answered without replaying a view chain.
+  const bool plainly_contiguous =
+      memory_format == at::MemoryFormat::Contiguous && (!IsLazyView(self) || StaysContiguous(self));
+  if (!plainly_contiguous && memory_format != at::MemoryFormat::Preserve &&
+      IsLazyFunctional(self) && !self.unsafeGetTensorImpl()->has_symbolic_sizes_strides()) {
     const std::optional<at::Tensor> layout = EagerLayout(self);
     if (layout && !layout->is_contiguous(memory_format)) {
       return self.clone(memory_format);

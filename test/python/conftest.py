@@ -1,5 +1,4 @@
 import os
-from collections import Counter
 from collections.abc import Iterator
 
 # Before lazyfuse reads its settings: in tests a fused kernel that fails to
@@ -186,10 +185,10 @@ def pytest_testnodedown(node: object, error: object) -> None:
     sent = getattr(node, "workeroutput", {})
     for name, tally, _ in SUMMARIES:
         if sent.get(name):
-            held = getattr(importlib.import_module(name), tally)
-            for key, value in sent[name]:
-                key = tuple(key) if isinstance(key, list) else key
-                held[key] = held.get(key, 0) + value if isinstance(held, Counter) else value
+            # A Counter's update adds the worker's counts; a dict's takes its results.
+            getattr(importlib.import_module(name), tally).update(
+                {tuple(key) if isinstance(key, list) else key: value for key, value in sent[name]}
+            )
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
