@@ -452,6 +452,9 @@ class GenLazyFuseNativeFuncDefinition(GenLazyNativeFuncDefinition):
         decls = OPTIONAL_TENSOR.sub(
             r"lazyfuse::OptionalLtcTensorOrWrapNumber(\1, *common_device)", decls
         )
+        check_call = self.argument_check_call(func)
+        if check_call is not None and takes_scalar_operands(schema):
+            checks.append(f"{check_call};")
         return "\n        ".join(checks + [self.dtype_probe(func, schema), decls])
 
     def force_eager_fallback(
@@ -478,7 +481,10 @@ class GenLazyFuseNativeFuncDefinition(GenLazyNativeFuncDefinition):
         An op with a check_arguments_<kernel> in ops/argument_checks.h runs it
         first: its shape function or meta kernel lets through arguments that
         eager's kernel refuses. Only a new node pays for it; a reused one was
-        built from the same operands and attributes, already checked."""
+        built from the same operands and attributes, already checked. Not so
+        for an op with Scalar operands: a scalar is an operand whose value a
+        reused node does not compare (2**31 reuses clamp(min=3)'s node), so
+        lazy_tensor_decls checks those before the reuse."""
         code = COPY_ON_META.sub(_view_on_meta, super().shape_inference(func, schema))
         metadata = self.backend_index.get_kernel(func)
         if metadata is not None and metadata.kernel in SHAPE_OVERRIDES:
@@ -487,15 +493,19 @@ class GenLazyFuseNativeFuncDefinition(GenLazyNativeFuncDefinition):
                 f"lazyfuse::compute_shape_{metadata.kernel}(",
                 1,
             )
-        if metadata is None or metadata.kernel not in ARGUMENT_CHECKS:
+        check_call = self.argument_check_call(func)
+        if check_call is None or takes_scalar_operands(schema):
             return code
+        return f"{check_call};\n{code}"
+
+    def argument_check_call(self, func: NativeFunction) -> str | None:
+        metadata = self.backend_index.get_kernel(func)
+        if metadata is None or metadata.kernel not in ARGUMENT_CHECKS:
+            return None
         shape_call = ComputeShapeSignature(
             metadata.kernel, func, symint=metadata.supports_symint()
         ).shape_call
-        check_call = shape_call.replace(
-            "torch::lazy::compute_shape_", "lazyfuse::check_arguments_", 1
-        )
-        return f"{check_call};\n{code}"
+        return shape_call.replace("torch::lazy::compute_shape_", "lazyfuse::check_arguments_", 1)
 
     def dtype_probe(self, func: NativeFunction, schema: LazyIrSchema) -> str:
         """Meta kernels of opaque ops (mm, conv, ...) do not check dtypes; eager
@@ -519,6 +529,14 @@ class GenLazyFuseNativeFuncDefinition(GenLazyNativeFuncDefinition):
             f"          (void)at::{func.func.name.name}({', '.join(call_args)});\n"
             "        }"
         )
+
+
+def takes_scalar_operands(schema: LazyIrSchema) -> bool:
+    """Whether an at::Scalar argument becomes an IR operand of the node."""
+    return any(
+        str(arg.orig_type) in ("Scalar", "Scalar?")
+        for arg in schema.filtered_args(values=True, scalars=False)
+    )
 
 
 def without_parameter_names(decl: str) -> str:

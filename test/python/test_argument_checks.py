@@ -377,3 +377,35 @@ def test_every_opinfo_error_input_eager_refuses_is_refused() -> None:
                 silent.append(f"{info.name}: eager raises {regex!r}")
     assert checked > 450
     assert not silent, "lazyfuse computes what eager refuses:\n" + "\n".join(silent)
+
+
+# A Scalar is an operand of its node, and a node whose operands match is
+# reused without its argument check: after clamp(min=3), clamp(min=2**31) of
+# an int32 tensor reused the node and clamped at -2**31.
+SCALAR_REFUSED_AFTER_REUSE: dict[str, tuple[Callable[..., torch.Tensor], torch.Tensor, float]] = {
+    "clamp": (lambda x, s: x.clamp(min=s), _ints(), 2**31),
+    "clamp_min": (lambda x, s: torch.clamp_min(x, s), _ints(), 2**31),
+    "clamp_max": (lambda x, s: torch.clamp_max(x, s), _ints(), 2**31),
+    "hardtanh": (lambda x, s: F.hardtanh(x, -s, s), torch.tensor([5.0, -7.0]).half(), 7e4),
+    "threshold": (lambda x, s: F.threshold(x, 1, s), _ints(), 2**31),
+    "fill_": (lambda x, s: x.clone().fill_(s), _ints(), 2**31),
+    "full_like": (lambda x, s: torch.full_like(x, s), _ints(), 2**31),
+    "add alpha": (lambda x, s: torch.add(x, x, alpha=s), _ints(), 2**40),
+}
+
+
+@pytest.mark.parametrize("case", list(SCALAR_REFUSED_AFTER_REUSE))
+def test_scalar_refused_after_an_accepted_one(case: str) -> None:
+    call, tensor, refused = SCALAR_REFUSED_AFTER_REUSE[case]
+    with pytest.raises(RuntimeError):
+        call(tensor.clone(), refused)
+    lazy_tensor = tensor.to(DEV)
+    lazyfuse.mark_step()
+    for accepted in (1, 2):
+        torch.testing.assert_close(call(lazy_tensor, accepted).cpu(), call(tensor, accepted))
+    result = None
+    with pytest.raises(RuntimeError, match="cannot be converted|overflow"):
+        result = call(lazy_tensor, refused)
+    assert result is None
+    lazyfuse.mark_step()
+    torch.testing.assert_close(lazy_tensor.cpu(), tensor)
