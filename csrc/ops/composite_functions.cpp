@@ -200,16 +200,15 @@ at::Tensor LazyNativeFunctions::masked_scatter(const at::Tensor& self,
               source.scalar_type());
   const std::vector<int64_t> shape = at::infer_size(self.sizes(), mask.sizes());
   const at::Tensor full_self = at::expand_copy(self, shape);
-  if (source.numel() == 0) {
-    // Valid only when the mask selects nothing; eager checks that on the host.
-    return full_self;
-  }
   const at::Tensor full_mask = at::expand_copy(mask, shape);
-  // The k-th selected position takes source's k-th element (row-major).
+  // The k-th selected position takes source's k-th element (row-major), at
+  // k + 1 behind one spare element that every unselected position reads.
+  // Eager refuses a source with fewer elements than the mask selects, on the
+  // host; here the gather's index is out of range then, and the read raises.
   const at::Tensor flat_mask = at::view_copy(full_mask, {-1});
-  const at::Tensor ordinal = at::sub(at::cumsum(flat_mask, 0, at::kLong), 1);
-  const at::Tensor in_range = at::clamp(ordinal, 0, source.numel() - 1);
-  const at::Tensor taken = at::index_select(at::view_copy(source, {-1}), 0, in_range);
+  const at::Tensor position = at::mul(at::cumsum(flat_mask, 0, at::kLong), flat_mask);
+  const at::Tensor padded = at::cat({Zeros({1}, source.options()), at::view_copy(source, {-1})}, 0);
+  const at::Tensor taken = at::index_select(padded, 0, position);
   return at::where(full_mask, at::view_copy(taken, shape), full_self);
 }
 

@@ -409,3 +409,26 @@ def test_scalar_refused_after_an_accepted_one(case: str) -> None:
     assert result is None
     lazyfuse.mark_step()
     torch.testing.assert_close(lazy_tensor.cpu(), tensor)
+
+
+@pytest.mark.parametrize("source_size", [5, 0])
+def test_masked_scatter_refuses_a_source_shorter_than_the_mask(source_size: int) -> None:
+    mask = torch.ones(2, 3, dtype=torch.bool)
+    source = torch.arange(1.0, 1.0 + source_size)
+    with pytest.raises(RuntimeError, match="Number of elements of source"):
+        torch.zeros(2, 3).masked_scatter(mask, source)
+    result = torch.zeros(2, 3, device=DEV).masked_scatter(mask.to(DEV), source.to(DEV))
+    # Eager counts the mask on the host; here the read raises, naming the gather.
+    with pytest.raises(IndexError, match="aten::index_select"):
+        result.cpu()
+    enough = torch.arange(1.0, 7.0)
+    for selected in (mask, torch.tensor([[True, False, True], [False, False, True]])):
+        torch.testing.assert_close(
+            torch.zeros(2, 3, device=DEV).masked_scatter(selected.to(DEV), enough.to(DEV)).cpu(),
+            torch.zeros(2, 3).masked_scatter(selected, enough),
+        )
+    nothing = torch.zeros(2, 3, dtype=torch.bool)
+    torch.testing.assert_close(
+        torch.ones(2, 3, device=DEV).masked_scatter(nothing.to(DEV), source.to(DEV)).cpu(),
+        torch.ones(2, 3).masked_scatter(nothing, source),
+    )
