@@ -16,6 +16,7 @@
 #include "ltc/config.h"
 #include "ltc/eager_fallback.h"
 #include "ops/functional_tensors.h"
+#include "ops/meta_tensors.h"
 #include "program/error_text.h"
 
 namespace lazyfuse {
@@ -68,9 +69,7 @@ at::Tensor MetaLike(const at::Tensor& tensor) {
   if (!tensor.defined() || (tensor.dim() == 0 && tensor.device().is_cpu())) {
     return tensor;  // a CPU scalar goes with tensors of any device
   }
-  at::Tensor meta =
-      at::empty_strided(tensor.sizes(), tensor.strides(), tensor.options().device(at::kMeta));
-  return meta;
+  return OnMeta(tensor);
 }
 
 std::vector<at::Tensor> TensorsIn(const c10::IValue& value) {
@@ -426,6 +425,7 @@ OutCall::OutDtypes OutCall::Decision(const torch::jit::Stack& stack,
 OutCall::OutDtypes OutCall::DecideOnMeta(const torch::jit::Stack& stack,
                                          size_t first,
                                          size_t num_arguments) const {
+  const HiddenFromDispatchModes hidden;
   torch::jit::Stack meta = FunctionalArguments(stack, first, num_arguments);
   for (c10::IValue& value : meta) {
     ForEachTensorIn(value, MetaLike);

@@ -23,6 +23,7 @@
 
 #include "generated/LazyIr.h"
 #include "ops/functional_tensors.h"
+#include "ops/meta_tensors.h"
 #include "ops/view_meta_names.h"
 
 namespace lazyfuse {
@@ -134,6 +135,7 @@ std::optional<at::Tensor> EagerLayout(const at::Tensor& functional) {
   if (!IsLazyFunctional(functional)) {
     return std::nullopt;
   }
+  const HiddenFromDispatchModes hidden;
   at::functionalization::impl::sync(functional);
   auto* wrapper = at::functionalization::impl::unsafeGetFunctionalWrapper(functional);
   auto* storage = static_cast<at::functionalization::FunctionalStorageImpl*>(

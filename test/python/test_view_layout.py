@@ -208,3 +208,36 @@ def test_contiguous_of_eager_tensors_traces_whole_under_torch_compile() -> None:
     x = torch.randn(4, 5)
     compiled = torch.compile(f, backend="eager", fullgraph=True)
     torch.testing.assert_close(compiled(x), f(x))
+
+
+def test_dispatch_modes_see_no_meta_tensors_of_lazyfuse(lazy: torch.device) -> None:
+    """Views, reshape, contiguous() and out= work out eager's layout on meta
+    tensors, in kernels that run above the Python key; a user's
+    TorchDispatchMode saw those ops, and selective checkpointing saved them."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    seen: list[str] = []
+
+    class Devices(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+            out = func(*args, **(kwargs or {}))
+            for leaf in tree_leaves((args, kwargs, out)):
+                if isinstance(leaf, torch.Tensor) and leaf.device.type != "lazy":
+                    seen.append(f"{func} on {leaf.device}")
+            return out
+
+    x = torch.randn(4, 6, device=lazy)
+    # A dtype and op of their own: lazyfuse decides an out= call once per key.
+    out = torch.empty(6, 4, dtype=torch.float64, device=lazy)
+    with Devices():
+        results = [
+            x.t().reshape(-1),
+            x.t().contiguous(),
+            x[1:].flatten(),
+            x.unsqueeze(0).expand(2, 4, 6).reshape(8, 6),
+            x.contiguous(memory_format=torch.contiguous_format),
+            torch.hypot(x.t().double(), x.t().double(), out=out),
+        ]
+    assert not seen, seen
+    assert all(r.device.type == "lazy" for r in results)
