@@ -81,6 +81,7 @@ from lazyfuse import (  # noqa: E402, F401
     metrics,
     module_conversion,
     optim,
+    selective_checkpoint,
     serialization,
 )
 from lazyfuse import replay as replay_module  # noqa: E402
@@ -89,6 +90,7 @@ from lazyfuse.amp import autocast  # noqa: E402
 amp.install_torch_autocast()
 serialization.install()
 contiguous.install()
+selective_checkpoint.install()
 
 __all__ = [
     "add_step_closure",

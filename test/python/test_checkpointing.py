@@ -154,3 +154,43 @@ def test_hf_gradient_checkpointing_trains_like_eager(lazy: torch.device) -> None
         _, plain_peak = run(lazy, False)
     assert losses == pytest.approx(eager_losses, rel=1e-4)
     assert peak < plain_peak, (peak, plain_peak)
+
+
+def _selective_block(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
+    h = torch.relu(x @ w1).sin()
+    h = h.transpose(0, 1).reshape(-1, h.shape[0]).t()
+    return torch.softmax(h @ w2, -1)
+
+
+def _save_matmuls(ctx: object, op: object, *args: object, **kwargs: object) -> object:
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    saved = op in (torch.ops.aten.mm.default, torch.ops.aten.addmm.default)
+    return CheckpointPolicy.MUST_SAVE if saved else CheckpointPolicy.PREFER_RECOMPUTE
+
+
+@pytest.mark.parametrize("policy", ["recompute", "save", "save_matmuls"])
+def test_selective_checkpointing_matches_eager(policy: str, lazy: torch.device) -> None:
+    """torch's selective checkpointing skips aten.detach, which reaches its
+    dispatch mode as aten.detach_copy on a lazy tensor, and it saved the meta
+    tensors of lazyfuse's view bookkeeping (python/lazyfuse/selective_checkpoint.py)."""
+    from functools import partial
+
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+    policies = {
+        "recompute": lambda ctx, op, *a, **k: CheckpointPolicy.PREFER_RECOMPUTE,
+        "save": lambda ctx, op, *a, **k: CheckpointPolicy.MUST_SAVE,
+        "save_matmuls": _save_matmuls,
+    }
+    context_fn = partial(create_selective_checkpoint_contexts, policies[policy])
+    torch.manual_seed(0)
+    inputs = (torch.randn(4, 8), torch.randn(8, 16), torch.randn(16, 3))
+    grads = []
+    for device in (REFERENCE_DEVICE, lazy):
+        leaves = [t.detach().to(device, copy=True).requires_grad_() for t in inputs]
+        out = checkpoint(_selective_block, *leaves, use_reentrant=False, context_fn=context_fn)
+        (out * torch.arange(3.0, device=device)).sum().backward()
+        grads.append([leaf.grad.cpu() for leaf in leaves])
+    for got, want in zip(grads[1], grads[0], strict=True):
+        torch.testing.assert_close(got, want)
