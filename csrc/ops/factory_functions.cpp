@@ -81,12 +81,19 @@ void CheckFits(const at::Scalar& value, at::ScalarType dtype) {
   }
 }
 
+// What a value out of the dtype's range does. Eager's scalar_tensor rounds a
+// real number past half's or bfloat16's range to an infinity, where its fill
+// refuses it (an integer too); Python's indexing and torch.where wrap a scalar with it
+// (scores[mask] = -1e9 in float16).
+enum class Overflow { kRefused, kInfinityInReducedFloats };
+
 at::Tensor ExpandedScalar(const char* op,
                           at::IntArrayRef size,
                           const at::Scalar& value,
                           at::ScalarType dtype,
                           std::optional<at::Layout> layout,
-                          std::optional<at::Device> device) {
+                          std::optional<at::Device> device,
+                          Overflow overflow = Overflow::kRefused) {
   TORCH_LAZY_FN_COUNTER("lazy::");
   for (const int64_t extent : size) {
     TORCH_CHECK(
@@ -97,7 +104,12 @@ at::Tensor ExpandedScalar(const char* op,
               op,
               ": only strided tensors live on the lazy device, not ",
               *layout);
-  CheckFits(value, dtype);
+  const bool rounds_to_infinity = overflow == Overflow::kInfinityInReducedFloats &&
+                                  !value.isComplex() &&
+                                  (dtype == at::kHalf || dtype == at::kBFloat16);
+  if (!rounds_to_infinity) {
+    CheckFits(value, dtype);
+  }
   RegisterNewFunctionalizedComposites();  // as every new lazy tensor does
   const torch::lazy::BackendDevice backend_device =
       torch::lazy::atenDeviceToBackendDevice(device.value_or(c10::Device(c10::kLazy, 0)));
@@ -146,8 +158,13 @@ at::Tensor LazyNativeFunctions::scalar_tensor(const at::Scalar& s,
                                               std::optional<at::Layout> layout,
                                               std::optional<at::Device> device,
                                               std::optional<bool> /*pin_memory*/) {
-  return ExpandedScalar(
-      "aten::scalar_tensor", {}, s, dtype.value_or(DefaultDtype()), layout, device);
+  return ExpandedScalar("aten::scalar_tensor",
+                        {},
+                        s,
+                        dtype.value_or(DefaultDtype()),
+                        layout,
+                        device,
+                        Overflow::kInfinityInReducedFloats);
 }
 
 at::Tensor& LazyNativeFunctions::arange_out(const at::Scalar& start,

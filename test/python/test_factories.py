@@ -89,3 +89,52 @@ def test_a_new_fill_value_compiles_no_new_graph(lazy: torch.device) -> None:
     out = torch.full((8,), 4.5, device=lazy).sum()
     assert out.item() == 36.0
     assert lazyfuse.metrics.counter_value("LazyFuseCompiles") == compiles
+
+
+def _where(d: torch.device, dtype: torch.dtype, value: float) -> torch.Tensor:
+    return torch.where(
+        torch.tensor([True, False], device=d), torch.ones(2, dtype=dtype, device=d), value
+    )
+
+
+def _set_item(d: torch.device, dtype: torch.dtype, value: float) -> torch.Tensor:
+    t = torch.ones(2, dtype=dtype, device=d)
+    t[0] = value
+    return t
+
+
+def _set_masked(d: torch.device, dtype: torch.dtype, value: float) -> torch.Tensor:
+    t = torch.ones(2, dtype=dtype, device=d)
+    t[torch.tensor([False, True], device=d)] = value
+    return t
+
+
+WRAPPED_SCALARS: dict[str, Callable[[torch.device, torch.dtype, float], torch.Tensor]] = {
+    "scalar_tensor": lambda d, dtype, v: torch.scalar_tensor(v, dtype=dtype, device=d),
+    "where": _where,
+    "setitem": _set_item,
+    "masked setitem": _set_masked,
+    "full": lambda d, dtype, v: torch.full((2,), v, dtype=dtype, device=d),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.half, torch.bfloat16, torch.float32, torch.uint8])
+@pytest.mark.parametrize("name", list(WRAPPED_SCALARS))
+def test_a_wrapped_scalar_out_of_range_does_what_eager_does(
+    name: str, dtype: torch.dtype, lazy: torch.device
+) -> None:
+    """Python's indexing and torch.where wrap a scalar with scalar_tensor,
+    which rounds a real number past half's or bfloat16's range to an infinity
+    (scores[mask] = -1e9 in float16), where full refuses it. The lazy
+    scalar_tensor refused it as full does."""
+    make = WRAPPED_SCALARS[name]
+    for value in (-1e9, 1e5, 1e39, 2**31, 300, float("inf")):
+        try:
+            want: torch.Tensor | None = make(torch.device("cpu"), dtype, value)
+        except RuntimeError:
+            want = None
+        if want is None:
+            with pytest.raises(RuntimeError, match="cannot be converted"):
+                make(lazy, dtype, value).cpu()
+        else:
+            torch.testing.assert_close(make(lazy, dtype, value).cpu(), want, equal_nan=True)
