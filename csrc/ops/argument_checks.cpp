@@ -68,12 +68,13 @@ bool IsFloatOrComplex(at::ScalarType dtype) {
   return at::isFloatingType(dtype) || at::isComplexType(dtype);
 }
 
+// NotImplementedError, as eager's kernel raises for a dtype it lacks.
 void CheckIntegerOrBool(const char* op, at::ScalarType dtype) {
-  TORCH_CHECK(!IsFloatOrComplex(dtype),
-              op,
-              ": not implemented for '",
-              c10::toString(dtype),
-              "': bitwise ops take integer or bool tensors");
+  TORCH_CHECK_NOT_IMPLEMENTED(!IsFloatOrComplex(dtype),
+                              op,
+                              ": not implemented for '",
+                              c10::toString(dtype),
+                              "': bitwise ops take integer or bool tensors");
 }
 
 }  // namespace

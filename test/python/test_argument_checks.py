@@ -432,3 +432,24 @@ def test_masked_scatter_refuses_a_source_shorter_than_the_mask(source_size: int)
         torch.ones(2, 3, device=DEV).masked_scatter(nothing.to(DEV), source.to(DEV)).cpu(),
         torch.ones(2, 3).masked_scatter(nothing, source),
     )
+
+
+BITWISE_OF_FLOATS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "and": lambda t: t & 1,
+    "or": lambda t: t | t,
+    "xor": lambda t: t ^ 1,
+    "in-place and": lambda t: t.__iand__(1),
+    "in-place or": lambda t: t.__ior__(t),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.half, torch.complex64])
+@pytest.mark.parametrize("case", list(BITWISE_OF_FLOATS))
+def test_bitwise_of_floats_raises_eagers_exception_type(case: str, dtype: torch.dtype) -> None:
+    call = BITWISE_OF_FLOATS[case]
+    with pytest.raises(Exception) as eager:  # noqa: PT011 - the type is what is compared
+        call(torch.ones(2, dtype=dtype))
+    with pytest.raises(Exception) as lazy:  # noqa: PT011
+        call(torch.ones(2, dtype=dtype, device=DEV))
+    assert type(lazy.value) is type(eager.value), (lazy.value, eager.value)
+    assert "aten::bitwise_" in str(lazy.value)
