@@ -322,4 +322,32 @@ void check_arguments_bitwise_xor(const at::Tensor& self, const at::Tensor& other
   CheckIntegerOrBool("aten::bitwise_xor", at::result_type(self, other));
 }
 
+namespace {
+
+// Eager's selection kernels refuse an empty reduced dim with IndexError
+// before any other check; the shape functions raised RuntimeError.
+void CheckReducedDimNotEmpty(const char* op, const at::Tensor& self, int64_t dim) {
+  const int64_t wrapped = at::maybe_wrap_dim(dim, self.dim());
+  if (self.dim() > 0) {
+    TORCH_CHECK_INDEX(self.size(wrapped) != 0,
+                      op,
+                      ": Expected reduction dim ",
+                      wrapped,
+                      " to have non-zero size.");
+  }
+}
+
+}  // namespace
+
+void check_arguments_mode(const at::Tensor& self, int64_t dim, bool /*keepdim*/) {
+  CheckReducedDimNotEmpty("aten::mode", self, dim);
+}
+
+void check_arguments_kthvalue(const at::Tensor& self,
+                              int64_t /*k*/,
+                              int64_t dim,
+                              bool /*keepdim*/) {
+  CheckReducedDimNotEmpty("aten::kthvalue", self, dim);
+}
+
 }  // namespace lazyfuse

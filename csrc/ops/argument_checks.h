@@ -8,8 +8,9 @@
 // The generated kernel of an op calls check_arguments_<kernel> before its
 // shape function when this header declares one (codegen/gen_lazyfuse.py reads
 // the declarations), with the shape function's arguments, so every overload
-// of a listed kernel needs one. Reused nodes skip it: their operands and
-// attributes were checked when they were built.
+// of a listed kernel needs one. Reused nodes skip it, their operands and
+// attributes checked when they were built, unless the op has a Scalar
+// operand, whose value a reused node does not compare.
 
 #include <ATen/Tensor.h>
 #include <c10/core/Scalar.h>
@@ -70,6 +71,8 @@ void check_arguments_relu(const at::Tensor& self);
 void check_arguments_pow(const at::Tensor& self, const at::Scalar& exponent);
 void check_arguments_pow(const at::Tensor& self, const at::Tensor& exponent);
 void check_arguments_pow(const at::Scalar& self, const at::Tensor& exponent);
+void check_arguments_mode(const at::Tensor& self, int64_t dim, bool keepdim);
+void check_arguments_kthvalue(const at::Tensor& self, int64_t k, int64_t dim, bool keepdim);
 // clang-format on
 
 }  // namespace lazyfuse

@@ -453,3 +453,18 @@ def test_bitwise_of_floats_raises_eagers_exception_type(case: str, dtype: torch.
         call(torch.ones(2, dtype=dtype, device=DEV))
     assert type(lazy.value) is type(eager.value), (lazy.value, eager.value)
     assert "aten::bitwise_" in str(lazy.value)
+
+
+@pytest.mark.parametrize("shape", [(0,), (0, 3), (3, 0)])
+@pytest.mark.parametrize("op", ["mode", "kthvalue"])
+def test_selection_over_an_empty_dim_raises_index_error(op: str, shape: tuple[int, ...]) -> None:
+    def call(t: torch.Tensor) -> object:
+        dim = len(shape) - 1 if shape[-1] == 0 else 0
+        return torch.mode(t, dim) if op == "mode" else torch.kthvalue(t, 1, dim)
+
+    with pytest.raises(IndexError, match="non-zero size"):
+        call(torch.empty(shape))
+    with pytest.raises(IndexError, match=f"aten::{op}: Expected reduction dim"):
+        call(torch.empty(shape, device=DEV))
+    values, _ = call(torch.arange(6.0).reshape(2, 3).to(DEV))
+    torch.testing.assert_close(values.cpu(), call(torch.arange(6.0).reshape(2, 3))[0])
