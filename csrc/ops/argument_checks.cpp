@@ -337,7 +337,35 @@ void CheckReducedDimNotEmpty(const char* op, const at::Tensor& self, int64_t dim
   }
 }
 
+// Eager refuses integer and bool tensors before it looks at the dims.
+void CheckFloatOrComplex(const char* op, const at::Tensor& self) {
+  TORCH_CHECK(IsFloatOrComplex(self.scalar_type()),
+              op,
+              ": std and var only support floating point and complex dtypes");
+}
+
 }  // namespace
+
+void check_arguments_var(const at::Tensor& self,
+                         at::OptionalIntArrayRef /*dim*/,
+                         const std::optional<at::Scalar>& /*correction*/,
+                         bool /*keepdim*/) {
+  CheckFloatOrComplex("aten::var", self);
+}
+
+void check_arguments_var_mean(const at::Tensor& self,
+                              at::OptionalIntArrayRef /*dim*/,
+                              const std::optional<at::Scalar>& /*correction*/,
+                              bool /*keepdim*/) {
+  CheckFloatOrComplex("aten::var_mean", self);
+}
+
+void check_arguments_std_mean(const at::Tensor& self,
+                              at::OptionalIntArrayRef /*dim*/,
+                              const std::optional<at::Scalar>& /*correction*/,
+                              bool /*keepdim*/) {
+  CheckFloatOrComplex("aten::std_mean", self);
+}
 
 void check_arguments_mode(const at::Tensor& self, int64_t dim, bool /*keepdim*/) {
   CheckReducedDimNotEmpty("aten::mode", self, dim);

@@ -71,6 +71,9 @@ void check_arguments_relu(const at::Tensor& self);
 void check_arguments_pow(const at::Tensor& self, const at::Scalar& exponent);
 void check_arguments_pow(const at::Tensor& self, const at::Tensor& exponent);
 void check_arguments_pow(const at::Scalar& self, const at::Tensor& exponent);
+void check_arguments_var(const at::Tensor& self, at::OptionalIntArrayRef dim, const std::optional<at::Scalar>& correction, bool keepdim);
+void check_arguments_var_mean(const at::Tensor& self, at::OptionalIntArrayRef dim, const std::optional<at::Scalar>& correction, bool keepdim);
+void check_arguments_std_mean(const at::Tensor& self, at::OptionalIntArrayRef dim, const std::optional<at::Scalar>& correction, bool keepdim);
 void check_arguments_mode(const at::Tensor& self, int64_t dim, bool keepdim);
 void check_arguments_kthvalue(const at::Tensor& self, int64_t k, int64_t dim, bool keepdim);
 // clang-format on

@@ -167,6 +167,11 @@ REFUSED: dict[str, tuple[str, Callable[..., object], Callable[[], tuple]]] = {
     ),
     "bool hardtanh": ("aten::hardtanh", lambda a: F.hardtanh(a > 1), lambda: (_ints(),)),
     "int8 pow 300": ("aten::pow", lambda a: a.to(torch.int8).pow(300), lambda: (_ints(),)),
+    "var of ints": ("aten::var", lambda a: torch.var(a, 0), lambda: (_ints(),)),
+    "var of ints, dim out of range": ("aten::var", lambda a: torch.var(a, 5), lambda: (_ints(),)),
+    "std of bools": ("aten::var", lambda a: torch.std(a > 1), lambda: (_ints(),)),
+    "var_mean of ints": ("aten::var_mean", lambda a: torch.var_mean(a, 0), lambda: (_ints(),)),
+    "std_mean of ints": ("aten::std_mean", lambda a: torch.std_mean(a), lambda: (_ints(),)),
     "int64 masked_fill with a complex": (
         "aten::masked_fill",
         lambda a: a.long().masked_fill(a > 1, 1 + 2j),
