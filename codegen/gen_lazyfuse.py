@@ -507,6 +507,38 @@ class GenLazyFuseNativeFuncDefinition(GenLazyNativeFuncDefinition):
         ).shape_call
         return shape_call.replace("torch::lazy::compute_shape_", "lazyfuse::check_arguments_", 1)
 
+    def build_ir_node(self, func: NativeFunction, schema: LazyIrSchema) -> str:
+        """A reused node was built, and its shape function (a meta kernel)
+        run, for its Scalar operands' values then: leaky_relu_backward's
+        refusal of a negative slope, pow's of a negative integer exponent,
+        softshrink's of a negative lambda. New values run it again."""
+        code = super().build_ir_node(func, schema)
+        scalars = scalar_operand_names(schema)
+        if not scalars or str(func.func.name.name.base) in SHAPES_READ_SCALAR_TYPES_ONLY:
+            return code
+        values = "{" + ", ".join(scalars) + "}"
+        reuse = "        if (!node) {"
+        if reuse not in code:
+            raise RuntimeError(f"{func.func.name}: torchgen's IR-building code changed shape")
+        recheck = (
+            f"        if (node && !static_cast<const lazyfuse::LazyFuseNode&>(*node)"
+            f".CheckedWithScalars({values})) {{\n"
+            f"          {{\n{self.shape_inference(func, schema)}\n          }}\n"
+            f"          static_cast<const lazyfuse::LazyFuseNode&>(*node)"
+            f".KeepCheckedScalars({values});\n"
+            "        }\n"
+        )
+        keep = (
+            "            CacheNode(node);\n"
+            f"            static_cast<const lazyfuse::LazyFuseNode&>(*node)"
+            f".KeepCheckedScalars({values});\n"
+        )
+        if "            CacheNode(node);\n" not in code:
+            raise RuntimeError(f"{func.func.name}: torchgen's IR-building code changed shape")
+        return code.replace(reuse, recheck + reuse, 1).replace(
+            "            CacheNode(node);\n", keep, 1
+        )
+
     def dtype_probe(self, func: NativeFunction, schema: LazyIrSchema) -> str:
         """Meta kernels of opaque ops (mm, conv, ...) do not check dtypes; eager
         kernels do. When tensor dtypes differ, run the eager CPU kernel on
@@ -531,12 +563,44 @@ class GenLazyFuseNativeFuncDefinition(GenLazyNativeFuncDefinition):
         )
 
 
-def takes_scalar_operands(schema: LazyIrSchema) -> bool:
-    """Whether an at::Scalar argument becomes an IR operand of the node."""
-    return any(
-        str(arg.orig_type) in ("Scalar", "Scalar?")
+# Ops whose shape function reads only the type of a Scalar operand, which IR
+# reuse compares, never its value; an optimizer step changes theirs each step
+# (addcdiv_'s -step_size, add_'s -lr), and a new value reruns nothing.
+SHAPES_READ_SCALAR_TYPES_ONLY = {
+    "add",
+    "sub",
+    "rsub",
+    "addcdiv",
+    "addcmul",
+    "lerp",
+    "clamp",
+    "clamp_min",
+    "clamp_max",
+    "eq",
+    "ne",
+    "lt",
+    "le",
+    "gt",
+    "ge",
+    "fill",
+    "addmm",
+    "addmv",
+    "addbmm",
+    "baddbmm",
+}
+
+
+def scalar_operand_names(schema: LazyIrSchema) -> list[str]:
+    """The at::Scalar arguments that become IR operands of the node."""
+    return [
+        arg.name
         for arg in schema.filtered_args(values=True, scalars=False)
-    )
+        if str(arg.orig_type) in ("Scalar", "Scalar?")
+    ]
+
+
+def takes_scalar_operands(schema: LazyIrSchema) -> bool:
+    return bool(scalar_operand_names(schema))
 
 
 def without_parameter_names(decl: str) -> str:

@@ -3,6 +3,10 @@
 #include <c10/util/Exception.h>
 #include <torch/csrc/lazy/core/internal_ops/ltc_ops.h>
 
+#include <algorithm>
+
+#include "ltc/ir_reuse.h"
+
 namespace lazyfuse {
 namespace {
 
@@ -71,6 +75,22 @@ void LazyFuseNode::Lower(LazyFuseLoweringContext& /*ctx*/) const {
 
 int64_t LazyFuseNode::CreatedCount() {
   return g_created.load(std::memory_order_relaxed);
+}
+
+bool LazyFuseNode::CheckedWithScalars(
+    std::initializer_list<std::optional<at::Scalar>> values) const {
+  return std::equal(values.begin(),
+                    values.end(),
+                    checked_scalars_.begin(),
+                    checked_scalars_.end(),
+                    [](const std::optional<at::Scalar>& a, const std::optional<at::Scalar>& b) {
+                      return a.has_value() == b.has_value() && (!a || SameScalar(*a, *b));
+                    });
+}
+
+void LazyFuseNode::KeepCheckedScalars(
+    std::initializer_list<std::optional<at::Scalar>> values) const {
+  checked_scalars_.assign(values.begin(), values.end());
 }
 
 }  // namespace lazyfuse

@@ -4,10 +4,14 @@
 // (op, attributes, shapes and operands) and with Lower(), which emits the
 // node into the Program being built.
 
+#include <c10/core/Scalar.h>
 #include <torch/csrc/lazy/core/ir.h>
 
 #include <atomic>
 #include <functional>
+#include <initializer_list>
+#include <optional>
+#include <vector>
 
 namespace lazyfuse {
 
@@ -54,10 +58,18 @@ class LazyFuseNode : public torch::lazy::Node {
   // creates none.
   static int64_t CreatedCount();
 
+  // The values of the node's Scalar operands that its argument checks and
+  // shape function last ran with. IR reuse compares no operand's value, so a
+  // generated kernel that reuses the node runs them again for new values
+  // (clamp(min=2**31) of an int32 tensor after clamp(min=3)).
+  bool CheckedWithScalars(std::initializer_list<std::optional<at::Scalar>> values) const;
+  void KeepCheckedScalars(std::initializer_list<std::optional<at::Scalar>> values) const;
+
  private:
   void ComputeHash(torch::lazy::hash_t hash_seed);
 
   torch::lazy::hash_t dag_hash_;
+  mutable std::vector<std::optional<at::Scalar>> checked_scalars_;
 };
 
 }  // namespace lazyfuse

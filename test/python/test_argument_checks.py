@@ -473,3 +473,49 @@ def test_selection_over_an_empty_dim_raises_index_error(op: str, shape: tuple[in
         call(torch.empty(shape, device=DEV))
     values, _ = call(torch.arange(6.0).reshape(2, 3).to(DEV))
     torch.testing.assert_close(values.cpu(), call(torch.arange(6.0).reshape(2, 3))[0])
+
+
+def _leaky_relu_inplace_grad(x: torch.Tensor, slope: float) -> torch.Tensor:
+    leaf = x.detach().requires_grad_()
+    y = leaf * 1
+    F.leaky_relu_(y, slope)
+    y.sum().backward()
+    assert leaf.grad is not None
+    return leaf.grad
+
+
+# Checks in a meta kernel, on a Scalar operand's value: a reused node skipped
+# them, and the new value was computed silently (leaky_relu_'s gradient) or
+# failed at the next read. (call, input, accepted value, refused value)
+META_CHECKED_SCALARS: dict[str, tuple[Callable[..., torch.Tensor], torch.Tensor, float, float]] = {
+    "leaky_relu_ backward, negative slope": (
+        _leaky_relu_inplace_grad,
+        torch.tensor([0.5, -2.0, 3.0]),
+        0.1,
+        -0.1,
+    ),
+    "pow of ints, negative exponent": (lambda x, e: torch.pow(x, e), _ints(), 2, -1),
+    "softshrink, negative lambda": (lambda x, s: F.softshrink(x, s), torch.randn(5), 0.5, -1.0),
+    "vector_norm of nothing, negative ord": (
+        lambda x, o: torch.linalg.vector_norm(x, ord=o),
+        torch.empty(0),
+        2.0,
+        -1.0,
+    ),
+    "renorm, negative p": (lambda x, p: torch.renorm(x, p, 0, 1.0), torch.randn(2, 2), 2.0, -1.0),
+}
+
+
+@pytest.mark.parametrize("case", list(META_CHECKED_SCALARS))
+def test_a_reused_node_checks_a_new_scalar(case: str) -> None:
+    call, tensor, accepted, refused = META_CHECKED_SCALARS[case]
+    with pytest.raises(RuntimeError) as eager:
+        call(tensor.clone(), refused)
+    lazy_tensor = tensor.to(DEV)
+    for _ in range(2):  # the second call reuses the first one's nodes
+        torch.testing.assert_close(call(lazy_tensor, accepted).cpu(), call(tensor, accepted))
+        lazyfuse.mark_step()
+    with pytest.raises(type(eager.value)):
+        call(lazy_tensor, refused)  # at the call, as eager: nothing is read
+    lazyfuse.mark_step()
+    torch.testing.assert_close(call(lazy_tensor, accepted).cpu(), call(tensor, accepted))
