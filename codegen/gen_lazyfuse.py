@@ -184,11 +184,22 @@ def executed_op(op_name: str, unambiguous: str) -> str:
     return unambiguous
 
 
+# Eager's det and slogdet factor A.mT where A is contiguous, and their
+# derivatives ask A.is_contiguous() again to read that LU the right way round.
+# A lazy A always says it is; a step given a strided view of it factored A,
+# and the gradient came out transposed.
+LAYOUT_READ_BY_DERIVATIVE = {"_linalg_det", "_linalg_slogdet"}
+
+
 def reads_contiguous(op_name: str) -> bool:
     """An ATen backward step takes its tensors contiguous (KernelArgs::
     ReadContiguous): its kernel may read what its forward made as laid out
-    contiguously, where a lazy clone() that ensured it records nothing."""
-    return "_backward" in op_name.partition(".")[0] and step_kind(op_name) == "kOpaque"
+    contiguously, where a lazy clone() that ensured it records nothing. So
+    does a forward whose derivative asks its input's layout."""
+    base = op_name.partition(".")[0]
+    if base in LAYOUT_READ_BY_DERIVATIVE:
+        return True
+    return "_backward" in base and step_kind(op_name) == "kOpaque"
 
 
 def is_tensor_list(arg: LazyArgument) -> bool:

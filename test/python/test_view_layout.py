@@ -241,3 +241,30 @@ def test_dispatch_modes_see_no_meta_tensors_of_lazyfuse(lazy: torch.device) -> N
         ]
     assert not seen, seen
     assert all(r.device.type == "lazy" for r in results)
+
+
+VIEWS_OF_A_MATRIX: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "mT": lambda a: a.mT,
+    "corner of a larger matrix": lambda a: a[1:, 1:],
+    "permute of a batch": lambda a: a.expand(2, 4, 4).permute(0, 2, 1),
+    "every other row": lambda a: a[::2].mT @ a[::2],
+}
+
+
+@pytest.mark.parametrize("view", list(VIEWS_OF_A_MATRIX))
+@pytest.mark.parametrize("op", ["det", "slogdet"])
+def test_det_of_a_view_has_eagers_gradient(op: str, view: str, lazy: torch.device) -> None:
+    """Eager's det and slogdet factor A.mT where A is contiguous, and their
+    derivatives ask A.is_contiguous() again to read the LU. A lazy view says
+    it is; its step was given the strided view, factored A, and the gradient
+    came out transposed."""
+    torch.manual_seed(0)
+    matrix = torch.randn(4, 4, dtype=torch.float64) + 4 * torch.eye(4, dtype=torch.float64)
+    grads = []
+    for device in (torch.device("cpu"), lazy):
+        a = matrix.clone().to(device).requires_grad_()
+        x = VIEWS_OF_A_MATRIX[view](a)
+        out = torch.linalg.det(x) if op == "det" else torch.linalg.slogdet(x)[1]
+        out.sum().backward()
+        grads.append(a.grad.cpu())
+    torch.testing.assert_close(grads[1], grads[0])
