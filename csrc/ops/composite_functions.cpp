@@ -43,6 +43,20 @@ at::Tensor LazyNativeFunctions::addr(const at::Tensor& self,
   TORCH_CHECK(vec2.dim() == 1, "addr: Expected 1-D argument vec2, but got ", vec2.dim(), "-D");
   const at::ScalarType result_type = at::promoteTypes(
       at::promoteTypes(self.scalar_type(), vec1.scalar_type()), vec2.scalar_type());
+  // Eager's checks: the graph's multiplications would truncate a fractional
+  // beta into an integer result silently.
+  for (const auto& [name, value] : {std::pair<const char*, const at::Scalar&>{"beta", beta},
+                                    std::pair<const char*, const at::Scalar&>{"alpha", alpha}}) {
+    TORCH_CHECK(!value.isBoolean() || result_type == at::kBool,
+                "aten::addr: Boolean ",
+                name,
+                " only supported for Boolean results.");
+    TORCH_CHECK(at::isFloatingType(result_type) || at::isComplexType(result_type) ||
+                    value.isIntegral(/*includeBool=*/true),
+                "aten::addr: For integral input tensors, argument ",
+                name,
+                " must not be a floating point number.");
+  }
   at::Tensor outer = at::mul(at::unsqueeze_copy(vec1, 1), vec2);
   if (!ScalarIs(alpha, 1.0)) {
     outer = at::mul(outer, alpha);

@@ -167,6 +167,16 @@ REFUSED: dict[str, tuple[str, Callable[..., object], Callable[[], tuple]]] = {
     ),
     "bool hardtanh": ("aten::hardtanh", lambda a: F.hardtanh(a > 1), lambda: (_ints(),)),
     "int8 pow 300": ("aten::pow", lambda a: a.to(torch.int8).pow(300), lambda: (_ints(),)),
+    "addr of ints, fractional beta": (
+        "aten::addr",
+        lambda a: torch.addr(a.reshape(3, 1).expand(3, 3), a, a, beta=0.5),
+        lambda: (_ints(),),
+    ),
+    "addr of ints, boolean alpha": (
+        "aten::addr",
+        lambda a: torch.addr(a.reshape(3, 1).expand(3, 3), a, a, alpha=True),
+        lambda: (_ints(),),
+    ),
     "var of ints": ("aten::var", lambda a: torch.var(a, 0), lambda: (_ints(),)),
     "var of ints, dim out of range": ("aten::var", lambda a: torch.var(a, 5), lambda: (_ints(),)),
     "std of bools": ("aten::var", lambda a: torch.std(a > 1), lambda: (_ints(),)),
