@@ -11,7 +11,7 @@ namespace lazyfuse {
 c10::Device BackingDevice();
 void InitBackingDeviceFromEnv();
 
-// LTC's IR reuse (TrieCache). Off by default; LAZYFUSE_REUSE_IR=1 turns it on.
+// LTC's IR reuse (TrieCache). On by default; LAZYFUSE_REUSE_IR=0 turns it off.
 bool ReuseIrEnabled();
 void SetReuseIr(bool enabled);
 
