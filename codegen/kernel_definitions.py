@@ -101,9 +101,6 @@ class GenLazyFuseNativeFuncDefinition(GenLazyNativeFuncDefinition):
         decls = OPTIONAL_TENSOR.sub(
             r"lazyfuse::OptionalLtcTensorOrWrapNumber(\1, *common_device)", decls
         )
-        check_call = self.argument_check_call(func)
-        if check_call is not None and takes_scalar_operands(schema):
-            checks.append(f"{check_call};")
         return "\n        ".join(checks + [self.dtype_probe(func, schema), decls])
 
     def force_eager_fallback(
@@ -130,10 +127,8 @@ class GenLazyFuseNativeFuncDefinition(GenLazyNativeFuncDefinition):
         An op with a check_arguments_<kernel> in ops/argument_checks.h runs it
         first: its shape function or meta kernel lets through arguments that
         eager's kernel refuses. Only a new node pays for it; a reused one was
-        built from the same operands and attributes, already checked. Not so
-        for an op with Scalar operands: a scalar is an operand whose value a
-        reused node does not compare (2**31 reuses clamp(min=3)'s node), so
-        lazy_tensor_decls checks those before the reuse."""
+        built from the same operands and attributes, already checked, or is
+        checked again by build_ir_node when its Scalar values changed."""
         code = COPY_ON_META.sub(_view_on_meta, super().shape_inference(func, schema))
         metadata = self.backend_index.get_kernel(func)
         if metadata is not None and metadata.kernel in SHAPE_OVERRIDES:
@@ -143,9 +138,7 @@ class GenLazyFuseNativeFuncDefinition(GenLazyNativeFuncDefinition):
                 1,
             )
         check_call = self.argument_check_call(func)
-        if check_call is None or takes_scalar_operands(schema):
-            return code
-        return f"{check_call};\n{code}"
+        return code if check_call is None else f"{check_call};\n{code}"
 
     def argument_check_call(self, func: NativeFunction) -> str | None:
         metadata = self.backend_index.get_kernel(func)
@@ -157,36 +150,37 @@ class GenLazyFuseNativeFuncDefinition(GenLazyNativeFuncDefinition):
         return shape_call.replace("torch::lazy::compute_shape_", "lazyfuse::check_arguments_", 1)
 
     def build_ir_node(self, func: NativeFunction, schema: LazyIrSchema) -> str:
-        """A reused node was built, and its shape function (a meta kernel)
-        run, for its Scalar operands' values then: leaky_relu_backward's
-        refusal of a negative slope, pow's of a negative integer exponent,
-        softshrink's of a negative lambda. New values run it again."""
+        """A reused node was checked, and its shape function (a meta kernel)
+        run, for its Scalar operands' values then: a Scalar is an operand
+        whose value IR reuse does not compare. New values run them again:
+        clamp(min=2**31) of an int32 after clamp(min=3), leaky_relu_backward's
+        refusal of a negative slope, pow's of a negative integer exponent.
+        Ops whose shape functions read only a Scalar's type rerun their
+        argument check alone."""
         code = super().build_ir_node(func, schema)
         scalars = scalar_operand_names(schema)
-        if not scalars or str(func.func.name.name.base) in SHAPES_READ_SCALAR_TYPES_ONLY:
+        if not scalars:
             return code
-        values = "{" + ", ".join(scalars) + "}"
+        if str(func.func.name.name.base) not in SHAPES_READ_SCALAR_TYPES_ONLY:
+            checks = self.shape_inference(func, schema)
+        elif (check_call := self.argument_check_call(func)) is not None:
+            checks = f"{check_call};"
+        else:
+            return code
         reuse = "        if (!node) {"
-        if reuse not in code:
+        cache = "            CacheNode(node);\n"
+        if reuse not in code or cache not in code:
             raise RuntimeError(f"{func.func.name}: torchgen's IR-building code changed shape")
+        checked = "static_cast<const lazyfuse::LazyFuseNode&>(*node)"
+        values = "{" + ", ".join(scalars) + "}"
         recheck = (
-            f"        if (node && !static_cast<const lazyfuse::LazyFuseNode&>(*node)"
-            f".CheckedWithScalars({values})) {{\n"
-            f"          {{\n{self.shape_inference(func, schema)}\n          }}\n"
-            f"          static_cast<const lazyfuse::LazyFuseNode&>(*node)"
-            f".KeepCheckedScalars({values});\n"
+            f"        if (node && !{checked}.CheckedWithScalars({values})) {{\n"
+            f"          {{\n{checks}\n          }}\n"
+            f"          {checked}.KeepCheckedScalars({values});\n"
             "        }\n"
         )
-        keep = (
-            "            CacheNode(node);\n"
-            f"            static_cast<const lazyfuse::LazyFuseNode&>(*node)"
-            f".KeepCheckedScalars({values});\n"
-        )
-        if "            CacheNode(node);\n" not in code:
-            raise RuntimeError(f"{func.func.name}: torchgen's IR-building code changed shape")
-        return code.replace(reuse, recheck + reuse, 1).replace(
-            "            CacheNode(node);\n", keep, 1
-        )
+        keep = f"{cache}            {checked}.KeepCheckedScalars({values});\n"
+        return code.replace(reuse, recheck + reuse, 1).replace(cache, keep, 1)
 
     def dtype_probe(self, func: NativeFunction, schema: LazyIrSchema) -> str:
         """Meta kernels of opaque ops (mm, conv, ...) do not check dtypes; eager
@@ -246,7 +240,3 @@ def scalar_operand_names(schema: LazyIrSchema) -> list[str]:
         for arg in schema.filtered_args(values=True, scalars=False)
         if str(arg.orig_type) in ("Scalar", "Scalar?")
     ]
-
-
-def takes_scalar_operands(schema: LazyIrSchema) -> bool:
-    return bool(scalar_operand_names(schema))
