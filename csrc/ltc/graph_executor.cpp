@@ -5,6 +5,7 @@
 #include <torch/csrc/lazy/core/metrics.h>
 #include <torch/csrc/lazy/core/trie.h>
 
+#include <algorithm>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "ltc/pending_run_failures.h"
 #include "ltc/prior_values.h"
 #include "ltc/step_replay.h"
+#include "ltc/tracing_thread.h"
 
 namespace lazyfuse {
 namespace {
@@ -163,6 +165,13 @@ void FailTensorsReadingFailedData(
   pending->erase(kept, pending->end());
 }
 
+// Data, a constant, or a Python number wrapped as a tensor for an op (which
+// names a refusal, tracing_thread.h) adds nothing to the graph.
+bool AddsToGraph(const torch::lazy::Node* node) {
+  return node != nullptr && node->op() != torch::lazy::OpKind(at::prim::Constant) &&
+         DeviceData::Cast(node) == nullptr;
+}
+
 }  // namespace
 
 void EndIrReuseStep(const torch::lazy::BackendDevice& device) {
@@ -285,6 +294,11 @@ void LazyFuseGraphExecutor::SyncLiveTensorsGraph(const torch::lazy::BackendDevic
       pending.emplace_back(tensor, std::move(value));
     }
   }
+  CheckSyncMayRun("a sync of the lazy device (mark_step, or a read such as .cpu() or .item())",
+                  std::any_of(pending.begin(), pending.end(), [](const auto& entry) {
+                    return entry.first->CurrentDataHandle() == nullptr &&
+                           AddsToGraph(entry.second.node.get());
+                  }));
   FailTensorsReadingFailedData(&pending);
   FullSyncScope full_sync(/*may_return_early=*/!wait);
   try {
@@ -336,6 +350,25 @@ void LazyFuseGraphExecutor::SyncLiveTensorsGraph(const torch::lazy::BackendDevic
     }
     NoteSynced(handles);
   }
+}
+
+void LazyFuseGraphExecutor::RegisterTensor(std::shared_ptr<torch::lazy::LazyTensor::Data> data) {
+  const torch::lazy::Node* node = data->ir_value.node.get();
+  if (!AddsToGraph(node)) {
+    torch::lazy::LazyGraphExecutor::RegisterTensor(std::move(data));
+    return;
+  }
+  const torch::lazy::BackendDevice device = data->device;
+  ClaimTracing(node->op().ToString(), [&] {
+    for (const auto& tensor : GetLiveTensors(&device)) {
+      if (tensor->CurrentDataHandle() == nullptr &&
+          AddsToGraph(tensor->CurrentIrValue().node.get())) {
+        return true;
+      }
+    }
+    return false;
+  });
+  torch::lazy::LazyGraphExecutor::RegisterTensor(std::move(data));
 }
 
 void LazyFuseGraphExecutor::MarkStep(const torch::lazy::BackendDevice& device) {

@@ -92,6 +92,10 @@ class LazyFuseGraphExecutor : public torch::lazy::LazyGraphExecutor {
                             c10::ArrayRef<std::string> devices,
                             bool wait) override;
 
+  // Refuses a lazy tensor made by one thread while another thread's step is
+  // open (tracing_thread.h).
+  void RegisterTensor(std::shared_ptr<torch::lazy::LazyTensor::Data> data) override;
+
   // Ends the step for IR reuse too (see DeviceData::EndStep). Every caller
   // syncs all live tensors first.
   void MarkStep(const torch::lazy::BackendDevice& device) override;

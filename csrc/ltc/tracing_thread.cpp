@@ -1,0 +1,91 @@
+#include "ltc/tracing_thread.h"
+
+#include <c10/util/Exception.h>
+#include <pthread.h>
+#include <torch/csrc/autograd/graph_task.h>
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+
+namespace lazyfuse {
+namespace {
+
+// Python's threading.get_ident() is pthread_self() on POSIX, so the ids in
+// messages are the ones a user can look up.
+using ThreadId = uint64_t;
+constexpr ThreadId kNoThread = 0;
+
+ThreadId ThisThread() {
+  return static_cast<ThreadId>(pthread_self());
+}
+
+std::atomic<ThreadId> g_owner{kNoThread};
+std::mutex g_claim_mutex;
+
+// A thread that ends hands the device back: what it left pending belongs to
+// whoever holds its tensors now.
+struct ReleaseAtThreadExit {
+  ~ReleaseAtThreadExit() {
+    ThreadId self = ThisThread();
+    g_owner.compare_exchange_strong(self, kNoThread);
+  }
+};
+
+void NoteTracingThread() {
+  thread_local ReleaseAtThreadExit release;
+  (void)release;
+  static std::once_flag fork_handler;
+  std::call_once(fork_handler, [] {
+    // The child of a fork has only the forking thread.
+    pthread_atfork(nullptr, nullptr, [] { g_owner.store(kNoThread); });
+  });
+}
+
+bool InBackwardPass() {
+  return torch::autograd::get_current_graph_task_id() != -1;
+}
+
+[[noreturn]] void Refuse(const std::string& what, ThreadId owner) {
+  TORCH_CHECK(false,
+              "lazyfuse: ",
+              what,
+              " on thread ",
+              ThisThread(),
+              " was refused: thread ",
+              owner,
+              " has a step open on the lazy device (lazy tensors whose values are still "
+              "pending). The lazy device records one graph for the whole process, so two threads "
+              "must not trace at once: their steps would mix. End that thread's step first "
+              "(lazyfuse.mark_step(), or reading its results), or hold one lock around each "
+              "thread's lazy work. Nothing was recorded; the thread ids are "
+              "threading.get_ident() values.");
+}
+
+}  // namespace
+
+void ClaimTracing(const std::string& what, const std::function<bool()>& any_pending) {
+  const ThreadId self = ThisThread();
+  if (g_owner.load(std::memory_order_relaxed) == self || InBackwardPass()) {
+    return;
+  }
+  std::lock_guard<std::mutex> lock(g_claim_mutex);
+  const ThreadId owner = g_owner.load();
+  if (owner != kNoThread && owner != self && any_pending()) {
+    Refuse(what, owner);
+  }
+  g_owner.store(self);
+  NoteTracingThread();
+}
+
+void CheckSyncMayRun(const std::string& what, bool any_pending) {
+  if (!any_pending || InBackwardPass()) {
+    return;
+  }
+  const ThreadId owner = g_owner.load();
+  if (owner != kNoThread && owner != ThisThread()) {
+    Refuse(what, owner);
+  }
+}
+
+}  // namespace lazyfuse
