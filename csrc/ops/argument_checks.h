@@ -74,6 +74,12 @@ void check_arguments_pow(const at::Scalar& self, const at::Tensor& exponent);
 void check_arguments_var(const at::Tensor& self, at::OptionalIntArrayRef dim, const std::optional<at::Scalar>& correction, bool keepdim);
 void check_arguments_var_mean(const at::Tensor& self, at::OptionalIntArrayRef dim, const std::optional<at::Scalar>& correction, bool keepdim);
 void check_arguments_std_mean(const at::Tensor& self, at::OptionalIntArrayRef dim, const std::optional<at::Scalar>& correction, bool keepdim);
+void check_arguments_leaky_relu(const at::Tensor& self, const at::Scalar& negative_slope);
+void check_arguments_leaky_relu_backward(const at::Tensor& grad_output, const at::Tensor& self, const at::Scalar& negative_slope, bool self_is_result);
+void check_arguments_softplus(const at::Tensor& self, const at::Scalar& beta, const at::Scalar& threshold);
+void check_arguments_softplus_backward(const at::Tensor& grad_output, const at::Tensor& self, const at::Scalar& beta, const at::Scalar& threshold);
+void check_arguments_lerp(const at::Tensor& self, const at::Tensor& end, const at::Scalar& weight);
+void check_arguments_lerp(const at::Tensor& self, const at::Tensor& end, const at::Tensor& weight);
 void check_arguments_mode(const at::Tensor& self, int64_t dim, bool keepdim);
 void check_arguments_kthvalue(const at::Tensor& self, int64_t k, int64_t dim, bool keepdim);
 // clang-format on

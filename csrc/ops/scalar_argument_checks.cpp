@@ -59,6 +59,18 @@ void RefuseBool(const char* op, at::ScalarType dtype) {
   TORCH_CHECK_NOT_IMPLEMENTED(dtype != at::kBool, op, ": not implemented for 'Bool'");
 }
 
+// Eager's CPU kernel has only floating (and for some, complex) instances;
+// a graph would fail at its run, or a fused kernel compute one.
+void RefuseIntegral(const char* op, const char* kernel, at::ScalarType dtype) {
+  TORCH_CHECK_NOT_IMPLEMENTED(!at::isIntegralType(dtype, /*includeBool=*/true),
+                              op,
+                              ": \"",
+                              kernel,
+                              "\" not implemented for '",
+                              c10::toString(dtype),
+                              "'");
+}
+
 // Half and bfloat16 kernels take some such scalars (addcmul's value) in float.
 at::ScalarType OpMath(at::ScalarType dtype) {
   return at::isReducedFloatingType(dtype) ? at::kFloat : dtype;
@@ -91,14 +103,20 @@ void check_arguments_add(const at::Tensor& self, const at::Tensor& other, const 
   CheckFits("aten::add", "alpha", alpha, at::result_type(self, other));
 }
 
+// Eager subtracts by adding -alpha, and converts that: an int32 takes
+// alpha=2**31 and refuses alpha=-2**31.
 void check_arguments_sub(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
-  CheckFits("aten::sub", "alpha", alpha, at::result_type(self, other));
+  if (!alpha.isBoolean()) {
+    CheckFits("aten::sub", "-alpha", -alpha, at::result_type(self, other));
+  }
 }
 
 void check_arguments_rsub(const at::Tensor& self,
                           const at::Tensor& other,
                           const at::Scalar& alpha) {
-  CheckFits("aten::rsub", "alpha", alpha, at::result_type(self, other));
+  if (!alpha.isBoolean()) {
+    CheckFits("aten::rsub", "-alpha", -alpha, at::result_type(self, other));
+  }
 }
 
 void check_arguments_clamp(const at::Tensor& self,
@@ -141,7 +159,44 @@ void check_arguments_threshold(const at::Tensor& self,
                                const at::Scalar& value) {
   RefuseBool("aten::threshold", self.scalar_type());
   CheckFits("aten::threshold", "threshold", threshold, OpMath(self.scalar_type()));
-  CheckFits("aten::threshold", "value", value, OpMath(self.scalar_type()));
+  CheckFits("aten::threshold", "value", value, self.scalar_type());
+}
+
+// Float kernels take these in float (double for float64).
+void check_arguments_leaky_relu(const at::Tensor& self, const at::Scalar& negative_slope) {
+  RefuseIntegral("aten::leaky_relu", "leaky_relu_cpu", self.scalar_type());
+  CheckFits("aten::leaky_relu", "negative_slope", negative_slope, OpMath(self.scalar_type()));
+}
+
+void check_arguments_leaky_relu_backward(const at::Tensor& /*grad_output*/,
+                                         const at::Tensor& self,
+                                         const at::Scalar& negative_slope,
+                                         bool /*self_is_result*/) {
+  RefuseIntegral("aten::leaky_relu_backward", "leaky_relu_backward_cpu", self.scalar_type());
+  CheckFits(
+      "aten::leaky_relu_backward", "negative_slope", negative_slope, OpMath(self.scalar_type()));
+}
+
+void check_arguments_softplus(const at::Tensor& self,
+                              const at::Scalar& beta,
+                              const at::Scalar& threshold) {
+  RefuseIntegral("aten::softplus", "softplus_cpu", self.scalar_type());
+  CheckFits("aten::softplus", "beta", beta, OpMath(self.scalar_type()));
+  CheckFits("aten::softplus", "threshold", threshold, OpMath(self.scalar_type()));
+}
+
+void check_arguments_softplus_backward(const at::Tensor& /*grad_output*/,
+                                       const at::Tensor& self,
+                                       const at::Scalar& beta,
+                                       const at::Scalar& threshold) {
+  RefuseIntegral("aten::softplus_backward", "softplus_backward_cpu", self.scalar_type());
+  CheckFits("aten::softplus_backward", "beta", beta, OpMath(self.scalar_type()));
+  CheckFits("aten::softplus_backward", "threshold", threshold, OpMath(self.scalar_type()));
+}
+
+void check_arguments_lerp(const at::Tensor& self, const at::Tensor& end, const at::Scalar& weight) {
+  RefuseIntegral("aten::lerp", "lerp_kernel_scalar", at::result_type(self, end));
+  CheckFits("aten::lerp", "weight", weight, OpMath(at::result_type(self, end)));
 }
 
 void check_arguments_addcmul(const at::Tensor& self,
@@ -211,8 +266,13 @@ void check_arguments_relu(const at::Tensor& self) {
   TORCH_CHECK(self.scalar_type() != at::kBool, "aten::relu: Boolean inputs not supported for relu");
 }
 
+// Float and double kernels take the exponent in double; the others in their
+// own dtype (a half refuses 1e5).
 void check_arguments_pow(const at::Tensor& self, const at::Scalar& exponent) {
-  CheckFits("aten::pow", "exponent", exponent, at::result_type(self, exponent));
+  const at::ScalarType dtype = at::result_type(self, exponent);
+  if (dtype != at::kFloat && dtype != at::kDouble) {
+    CheckFits("aten::pow", "exponent", exponent, dtype);
+  }
 }
 
 // Tensor values, sources and exponents are operands, cast as any operand is.
@@ -233,6 +293,12 @@ void check_arguments_scatter(const at::Tensor& /*self*/,
                              c10::string_view /*reduce*/) {}
 
 void check_arguments_pow(const at::Tensor& /*self*/, const at::Tensor& /*exponent*/) {}
+
+void check_arguments_lerp(const at::Tensor& self,
+                          const at::Tensor& end,
+                          const at::Tensor& /*weight*/) {
+  RefuseIntegral("aten::lerp", "lerp_kernel_tensor", at::result_type(self, end));
+}
 
 void check_arguments_pow(const at::Scalar& /*self*/, const at::Tensor& /*exponent*/) {}
 

@@ -187,6 +187,58 @@ REFUSED: dict[str, tuple[str, Callable[..., object], Callable[[], tuple]]] = {
         lambda a: a.long().masked_fill(a > 1, 1 + 2j),
         lambda: (_ints(),),
     ),
+    # Float kernels take these scalars in float, and threshold's value in
+    # the tensor's own dtype; ints have no kernel (NotImplementedError).
+    "half threshold, value 1e5": (
+        "aten::threshold",
+        lambda a: F.threshold(a.half(), 1.0, 1e5),
+        lambda: (_ints(),),
+    ),
+    "float leaky_relu, slope 1e40": (
+        "aten::leaky_relu",
+        lambda a: F.leaky_relu(a.float(), 1e40),
+        lambda: (_ints(),),
+    ),
+    "int32 leaky_relu": ("aten::leaky_relu", lambda a: F.leaky_relu(a), lambda: (_ints(),)),
+    "bfloat16 leaky_relu_backward, slope 1e40": (
+        "aten::leaky_relu_backward",
+        lambda a: torch.ops.aten.leaky_relu_backward(a.bfloat16(), a.bfloat16(), 1e40, False),
+        lambda: (_ints(),),
+    ),
+    "float softplus, threshold 1e40": (
+        "aten::softplus",
+        lambda a: F.softplus(a.float(), threshold=1e40),
+        lambda: (_ints(),),
+    ),
+    "half softplus, beta 1e40": (
+        "aten::softplus",
+        lambda a: F.softplus(a.half(), beta=1e40),
+        lambda: (_ints(),),
+    ),
+    "int8 softplus": ("aten::softplus", lambda a: F.softplus(a.to(torch.int8)), lambda: (_ints(),)),
+    "float softplus_backward, beta 1e40": (
+        "aten::softplus_backward",
+        lambda a: torch.ops.aten.softplus_backward(a.float(), a.float(), 1e40, 20),
+        lambda: (_ints(),),
+    ),
+    "float lerp, weight 1e40": (
+        "aten::lerp",
+        lambda a: torch.lerp(a.float(), a.float(), 1e40),
+        lambda: (_ints(),),
+    ),
+    "int32 lerp": ("aten::lerp", lambda a: torch.lerp(a, a, 0.5), lambda: (_ints(),)),
+    "int32 lerp, tensor weight": ("aten::lerp", lambda a: torch.lerp(a, a, a), lambda: (_ints(),)),
+    # Eager subtracts by adding -alpha, which must fit.
+    "int32 sub, alpha -2**31": (
+        "aten::sub",
+        lambda a: torch.sub(a, a, alpha=-(2**31)),
+        lambda: (_ints(),),
+    ),
+    "int32 rsub, alpha -2**31": (
+        "aten::rsub",
+        lambda a: torch.rsub(a, a, alpha=-(2**31)),
+        lambda: (_ints(),),
+    ),
 }
 
 
@@ -321,6 +373,24 @@ ACCEPTED: dict[str, tuple[Callable[..., torch.Tensor], Callable[[], tuple]]] = {
     ),
     "float masked_fill with a real complex": (
         lambda a: a.float().masked_fill(a > 1, 2 + 0j),
+        lambda: (_ints(),),
+    ),
+    "int32 sub, alpha 2**31 (adds -2**31)": (
+        lambda a: torch.sub(a, a, alpha=2**31),
+        lambda: (_ints(),),
+    ),
+    "int32 rsub, alpha 2**31 (adds -2**31)": (
+        lambda a: torch.rsub(a, a, alpha=2**31),
+        lambda: (_ints(),),
+    ),
+    "float pow 1e40 (taken in double)": (lambda a: a.float().pow(1e40), lambda: (_ints(),)),
+    "int32 pow 1e40 (into float)": (lambda a: a.pow(1e40), lambda: (_ints(),)),
+    "double leaky_relu, slope 1e40 (taken in double)": (
+        lambda a: F.leaky_relu(a.double() - 2, 1e40),
+        lambda: (_ints(),),
+    ),
+    "half threshold, threshold 1e5 (taken in float)": (
+        lambda a: F.threshold(a.half(), 1e5, 2.0),
         lambda: (_ints(),),
     ),
 }
