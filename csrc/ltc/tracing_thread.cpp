@@ -3,6 +3,7 @@
 #include <c10/util/Exception.h>
 #include <pthread.h>
 #include <torch/csrc/autograd/graph_task.h>
+#include <torch/csrc/lazy/core/metrics.h>
 
 #include <atomic>
 #include <cstdint>
@@ -74,6 +75,9 @@ void ClaimTracing(const std::string& what, const std::function<bool()>& any_pend
   if (owner != kNoThread && owner != self && any_pending()) {
     Refuse(what, owner);
   }
+  // Counted so that a test sees one claim per thread, not one per op: the
+  // check above walks every live tensor.
+  TORCH_LAZY_COUNTER("LazyFuseTracingThreadClaims", 1);
   g_owner.store(self);
   NoteTracingThread();
 }

@@ -210,8 +210,16 @@ void check_arguments_native_layer_norm(const at::Tensor& input,
 void check_arguments_addmm(const at::Tensor& self,
                            const at::Tensor& mat1,
                            const at::Tensor& mat2,
-                           const at::Scalar& /*beta*/,
-                           const at::Scalar& /*alpha*/) {
+                           const at::Scalar& beta,
+                           const at::Scalar& alpha) {
+  // Eager's kernel has no bool instance, and takes beta and alpha in the
+  // dtype it computes in (float for half and bfloat16).
+  const at::ScalarType dtype = self.scalar_type();
+  TORCH_CHECK_NOT_IMPLEMENTED(dtype != at::kBool,
+                              "aten::addmm: \"addmm_impl_cpu_\" not implemented for 'Bool'");
+  const at::ScalarType compute = at::isReducedFloatingType(dtype) ? at::kFloat : dtype;
+  CheckScalarFits("aten::addmm", "beta", beta, compute);
+  CheckScalarFits("aten::addmm", "alpha", alpha, compute);
   if (mat1.dim() != 2 || mat2.dim() != 2) {
     return;  // the meta kernel names what is wrong with them
   }

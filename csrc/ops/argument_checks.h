@@ -78,6 +78,13 @@ void check_arguments_leaky_relu(const at::Tensor& self, const at::Scalar& negati
 void check_arguments_leaky_relu_backward(const at::Tensor& grad_output, const at::Tensor& self, const at::Scalar& negative_slope, bool self_is_result);
 void check_arguments_softplus(const at::Tensor& self, const at::Scalar& beta, const at::Scalar& threshold);
 void check_arguments_softplus_backward(const at::Tensor& grad_output, const at::Tensor& self, const at::Scalar& beta, const at::Scalar& threshold);
+void check_arguments_elu(const at::Tensor& self, const at::Scalar& alpha, const at::Scalar& scale, const at::Scalar& input_scale);
+void check_arguments_elu_backward(const at::Tensor& grad_output, const at::Scalar& alpha, const at::Scalar& scale, const at::Scalar& input_scale, bool is_result, const at::Tensor& self_or_result);
+void check_arguments_hardshrink(const at::Tensor& self, const at::Scalar& lambd);
+void check_arguments_hardshrink_backward(const at::Tensor& grad_out, const at::Tensor& self, const at::Scalar& lambd);
+void check_arguments_logit(const at::Tensor& self, std::optional<double> eps);
+void check_arguments_logit_backward(const at::Tensor& grad_output, const at::Tensor& self, std::optional<double> eps);
+void check_arguments_baddbmm(const at::Tensor& self, const at::Tensor& batch1, const at::Tensor& batch2, const at::Scalar& beta, const at::Scalar& alpha);
 void check_arguments_lerp(const at::Tensor& self, const at::Tensor& end, const at::Scalar& weight);
 void check_arguments_lerp(const at::Tensor& self, const at::Tensor& end, const at::Tensor& weight);
 void check_arguments_mode(const at::Tensor& self, int64_t dim, bool keepdim);

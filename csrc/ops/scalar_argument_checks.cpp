@@ -1,5 +1,6 @@
 #include <ATen/Dispatch.h>
 #include <ATen/ops/result_type.h>
+#include <c10/core/DefaultDtype.h>
 #include <c10/util/Exception.h>
 
 #include <exception>
@@ -192,6 +193,73 @@ void check_arguments_softplus_backward(const at::Tensor& /*grad_output*/,
   RefuseIntegral("aten::softplus_backward", "softplus_backward_cpu", self.scalar_type());
   CheckFits("aten::softplus_backward", "beta", beta, OpMath(self.scalar_type()));
   CheckFits("aten::softplus_backward", "threshold", threshold, OpMath(self.scalar_type()));
+}
+
+void check_arguments_elu(const at::Tensor& self,
+                         const at::Scalar& alpha,
+                         const at::Scalar& scale,
+                         const at::Scalar& input_scale) {
+  RefuseIntegral("aten::elu", "elu_cpu", self.scalar_type());
+  CheckFits("aten::elu", "alpha", alpha, OpMath(self.scalar_type()));
+  CheckFits("aten::elu", "scale", scale, OpMath(self.scalar_type()));
+  CheckFits("aten::elu", "input_scale", input_scale, OpMath(self.scalar_type()));
+}
+
+void check_arguments_elu_backward(const at::Tensor& /*grad_output*/,
+                                  const at::Scalar& alpha,
+                                  const at::Scalar& scale,
+                                  const at::Scalar& input_scale,
+                                  bool /*is_result*/,
+                                  const at::Tensor& self_or_result) {
+  const at::ScalarType dtype = self_or_result.scalar_type();
+  RefuseIntegral("aten::elu_backward", "elu_backward_cpu", dtype);
+  CheckFits("aten::elu_backward", "alpha", alpha, OpMath(dtype));
+  CheckFits("aten::elu_backward", "scale", scale, OpMath(dtype));
+  CheckFits("aten::elu_backward", "input_scale", input_scale, OpMath(dtype));
+}
+
+// Shrinking takes lambd in the tensor's own dtype (a half refuses 1e5).
+void check_arguments_hardshrink(const at::Tensor& self, const at::Scalar& lambd) {
+  RefuseIntegral("aten::hardshrink", "hardshrink_cpu", self.scalar_type());
+  CheckFits("aten::hardshrink", "lambd", lambd, self.scalar_type());
+}
+
+void check_arguments_hardshrink_backward(const at::Tensor& /*grad_out*/,
+                                         const at::Tensor& self,
+                                         const at::Scalar& lambd) {
+  RefuseIntegral("aten::hardshrink_backward", "shrink_backward_cpu", self.scalar_type());
+  CheckFits("aten::hardshrink_backward", "lambd", lambd, self.scalar_type());
+}
+
+// logit computes integers in the default float dtype, and takes eps in the
+// dtype it computes in.
+void check_arguments_logit(const at::Tensor& self, std::optional<double> eps) {
+  const at::ScalarType dtype = at::isFloatingType(self.scalar_type())
+                                   ? self.scalar_type()
+                                   : c10::typeMetaToScalarType(c10::get_default_dtype());
+  if (eps.has_value()) {
+    CheckFits("aten::logit", "eps", at::Scalar(*eps), dtype);
+  }
+}
+
+void check_arguments_logit_backward(const at::Tensor& /*grad_output*/,
+                                    const at::Tensor& self,
+                                    std::optional<double> eps) {
+  if (eps.has_value()) {
+    CheckFits("aten::logit_backward", "eps", at::Scalar(*eps), self.scalar_type());
+  }
+}
+
+void check_arguments_baddbmm(const at::Tensor& self,
+                             const at::Tensor& batch1,
+                             const at::Tensor& batch2,
+                             const at::Scalar& beta,
+                             const at::Scalar& alpha) {
+  const at::ScalarType dtype = PointwiseDtype(self, batch1, batch2);
+  TORCH_CHECK_NOT_IMPLEMENTED(dtype != at::kBool,
+                              "aten::baddbmm: \"baddbmm\" not implemented for 'Bool'");
+  CheckFits("aten::baddbmm", "beta", beta, OpMath(dtype));
+  CheckFits("aten::baddbmm", "alpha", alpha, OpMath(dtype));
 }
 
 void check_arguments_lerp(const at::Tensor& self, const at::Tensor& end, const at::Scalar& weight) {

@@ -228,6 +228,75 @@ REFUSED: dict[str, tuple[str, Callable[..., object], Callable[[], tuple]]] = {
     ),
     "int32 lerp": ("aten::lerp", lambda a: torch.lerp(a, a, 0.5), lambda: (_ints(),)),
     "int32 lerp, tensor weight": ("aten::lerp", lambda a: torch.lerp(a, a, a), lambda: (_ints(),)),
+    "float elu, alpha 1e40": (
+        "aten::elu",
+        lambda a: F.elu(a.float(), 1e40),
+        lambda: (_ints(),),
+    ),
+    "int32 elu": ("aten::elu", lambda a: F.elu(a), lambda: (_ints(),)),
+    "int32 celu (elu's kernel)": ("aten::elu", lambda a: F.celu(a), lambda: (_ints(),)),
+    "float elu_backward, scale 1e40": (
+        "aten::elu_backward",
+        lambda a: torch.ops.aten.elu_backward(a.float(), 1.0, 1e40, 1.0, False, a.float()),
+        lambda: (_ints(),),
+    ),
+    "half hardshrink, lambd 1e5": (
+        "aten::hardshrink",
+        lambda a: F.hardshrink(a.half(), 1e5),
+        lambda: (_ints(),),
+    ),
+    "int8 hardshrink": (
+        "aten::hardshrink",
+        lambda a: F.hardshrink(a.to(torch.int8)),
+        lambda: (_ints(),),
+    ),
+    "int32 hardshrink_backward": (
+        "aten::hardshrink_backward",
+        lambda a: torch.ops.aten.hardshrink_backward(a, a, 0.5),
+        lambda: (_ints(),),
+    ),
+    "half logit, eps 1e5": (
+        "aten::logit",
+        lambda a: torch.logit(a.half(), 1e5),
+        lambda: (_ints(),),
+    ),
+    "int32 logit, eps 1e40 (in float)": (
+        "aten::logit",
+        lambda a: torch.logit(a, 1e40),
+        lambda: (_ints(),),
+    ),
+    "bool addmm": (
+        "aten::addmm",
+        lambda a: torch.addmm(a[:2] > 1, (a[:2] > 1)[:, None], (a[:2] > 1)[None]),
+        lambda: (_ints(),),
+    ),
+    "float addmm, beta 1e40": (
+        "aten::addmm",
+        lambda a: torch.addmm(a.float()[:2], a.float()[:2, None], a.float()[None, :2], beta=1e40),
+        lambda: (_ints(),),
+    ),
+    "int32 addmm, alpha 2**40": (
+        "aten::addmm",
+        lambda a: torch.addmm(a[:2], a[:2, None], a[None, :2], alpha=BIG),
+        lambda: (_ints(),),
+    ),
+    "bool baddbmm": (
+        "aten::baddbmm",
+        lambda a: torch.baddbmm(
+            (a > 1)[None, :2, None], (a > 1)[None, :2, None], (a > 1)[None, None, :1]
+        ),
+        lambda: (_ints(),),
+    ),
+    "int8 baddbmm, beta 300": (
+        "aten::baddbmm",
+        lambda a: torch.baddbmm(
+            a.to(torch.int8)[None, :2, None],
+            a.to(torch.int8)[None, :2, None],
+            a.to(torch.int8)[None, None, :1],
+            beta=300,
+        ),
+        lambda: (_ints(),),
+    ),
     # Eager subtracts by adding -alpha, which must fit.
     "int32 sub, alpha -2**31": (
         "aten::sub",
@@ -387,6 +456,15 @@ ACCEPTED: dict[str, tuple[Callable[..., torch.Tensor], Callable[[], tuple]]] = {
     "int32 pow 1e40 (into float)": (lambda a: a.pow(1e40), lambda: (_ints(),)),
     "double leaky_relu, slope 1e40 (taken in double)": (
         lambda a: F.leaky_relu(a.double() - 2, 1e40),
+        lambda: (_ints(),),
+    ),
+    "half addmm, beta 1e5 (taken in float)": (
+        lambda a: torch.addmm(a.half()[:2], a.half()[:2, None], a.half()[None, :2], beta=1e5),
+        lambda: (_ints(),),
+    ),
+    "double logit, eps 1e40": (lambda a: torch.logit(a.double() / 4, 1e40), lambda: (_ints(),)),
+    "half elu, alpha 1e5 (taken in float)": (
+        lambda a: F.elu(a.half() - 2, 1e5),
         lambda: (_ints(),),
     ),
     "half threshold, threshold 1e5 (taken in float)": (

@@ -188,3 +188,12 @@ def test_a_step_closure_on_a_background_thread_reads_the_loss(lazy: torch.device
     assert finished.wait(timeout=60)
     assert abs(seen[0] - float((x**2).mean())) < 1e-6
     torch.testing.assert_close(pending.cpu(), x * 5)
+
+
+def test_one_thread_training_claims_the_device_once_not_per_op(lazy: torch.device) -> None:
+    # A claim walks every live tensor; autograd's device thread, which runs
+    # every backward op, must not take the device from the training thread.
+    model, data = _make_model_and_data(0)
+    lazyfuse.metrics.reset()
+    _train(model, data, lazy)
+    assert lazyfuse.metrics.counter_value("LazyFuseTracingThreadClaims") <= 1
