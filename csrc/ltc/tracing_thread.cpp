@@ -1,6 +1,5 @@
 #include "ltc/tracing_thread.h"
 
-#include <c10/util/Exception.h>
 #include <pthread.h>
 #include <torch/csrc/autograd/graph_task.h>
 #include <torch/csrc/lazy/core/metrics.h>
@@ -8,6 +7,8 @@
 #include <atomic>
 #include <cstdint>
 #include <mutex>
+#include <sstream>
+#include <stdexcept>
 
 namespace lazyfuse {
 namespace {
@@ -47,20 +48,25 @@ bool InBackwardPass() {
   return torch::autograd::get_current_graph_task_id() != -1;
 }
 
+// Not a c10::Error: code that catches those to try another way (an aten
+// composite falls back to eager for good, ops/functionalized_composite.cpp)
+// must let a refusal through. Python sees a RuntimeError either way.
+class TracingRefused : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 [[noreturn]] void Refuse(const std::string& what, ThreadId owner) {
-  TORCH_CHECK(false,
-              "lazyfuse: ",
-              what,
-              " on thread ",
-              ThisThread(),
-              " was refused: thread ",
-              owner,
-              " has a step open on the lazy device (lazy tensors whose values are still "
-              "pending). The lazy device records one graph for the whole process, so two threads "
-              "must not trace at once: their steps would mix. End that thread's step first "
-              "(lazyfuse.mark_step(), or reading its results), or hold one lock around each "
-              "thread's lazy work. Nothing was recorded; the thread ids are "
-              "threading.get_ident() values.");
+  std::ostringstream message;
+  message << "lazyfuse: " << what << " on thread " << ThisThread() << " was refused: thread "
+          << owner
+          << " has a step open on the lazy device (lazy tensors whose values are still "
+             "pending). The lazy device records one graph for the whole process, so two threads "
+             "must not trace at once: their steps would mix. End that thread's step first "
+             "(lazyfuse.mark_step(), or reading its results), or hold one lock around each "
+             "thread's lazy work. Nothing was recorded; the thread ids are "
+             "threading.get_ident() values.";
+  throw TracingRefused(message.str());
 }
 
 }  // namespace

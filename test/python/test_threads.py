@@ -197,3 +197,19 @@ def test_one_thread_training_claims_the_device_once_not_per_op(lazy: torch.devic
     lazyfuse.metrics.reset()
     _train(model, data, lazy)
     assert lazyfuse.metrics.counter_value("LazyFuseTracingThreadClaims") <= 1
+
+
+def test_a_refusal_inside_an_aten_composite_leaves_the_op_lazy(lazy: torch.device) -> None:
+    # ones_like runs aten's composite on lazy tensors, which falls back to
+    # eager for good when the composite fails; a refusal must not count.
+    x = torch.randn(2, 3)
+    lazy_x = x.to(lazy)
+    lazyfuse.mark_step()
+    pending = lazy_x * 2
+
+    _, error, ident = _on_thread(lambda: torch.ones_like(lazy_x))
+    _assert_refused(error, "aten::fill", ident, threading.get_ident())
+
+    lazyfuse.mark_step()
+    torch.testing.assert_close((torch.ones_like(lazy_x) + pending).cpu(), x * 2 + 1)
+    assert not any("ones_like" in op for op in lazyfuse.metrics.fallback_counts())
