@@ -5,6 +5,8 @@
 #include <torch/csrc/lazy/core/metrics.h>
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <mutex>
 #include <sstream>
@@ -24,15 +26,27 @@ ThreadId ThisThread() {
 
 std::atomic<ThreadId> g_owner{kNoThread};
 std::mutex g_claim_mutex;
+std::condition_variable g_handed_back;
 
 // A thread that ends hands the device back: what it left pending belongs to
 // whoever holds its tensors now.
 struct ReleaseAtThreadExit {
   ~ReleaseAtThreadExit() {
+    std::lock_guard<std::mutex> lock(g_claim_mutex);
     ThreadId self = ThisThread();
-    g_owner.compare_exchange_strong(self, kNoThread);
+    if (g_owner.compare_exchange_strong(self, kNoThread)) {
+      g_handed_back.notify_all();
+    }
   }
 };
+
+// Python's Thread.join() returns before the thread's C++ thread_local
+// destructors have run, so a thread that joined an owner may find it still
+// holding the device for a moment. Whether `owner` lets go within that moment.
+bool HandedBackSoon(std::unique_lock<std::mutex>& lock, ThreadId owner) {
+  return g_handed_back.wait_for(
+      lock, std::chrono::milliseconds(200), [owner] { return g_owner.load() != owner; });
+}
 
 void NoteTracingThread() {
   thread_local ReleaseAtThreadExit release;
@@ -76,9 +90,10 @@ void ClaimTracing(const std::string& what, const std::function<bool()>& any_pend
   if (g_owner.load(std::memory_order_relaxed) == self || InBackwardPass()) {
     return;
   }
-  std::lock_guard<std::mutex> lock(g_claim_mutex);
+  std::unique_lock<std::mutex> lock(g_claim_mutex);
   const ThreadId owner = g_owner.load();
-  if (owner != kNoThread && owner != self && any_pending()) {
+  if (owner != kNoThread && owner != self && any_pending() &&
+      (!HandedBackSoon(lock, owner) || g_owner.load() != kNoThread)) {
     Refuse(what, owner);
   }
   // Counted so that a test sees one claim per thread, not one per op: the
@@ -92,8 +107,10 @@ void CheckSyncMayRun(const std::string& what, bool any_pending) {
   if (!any_pending || InBackwardPass()) {
     return;
   }
+  std::unique_lock<std::mutex> lock(g_claim_mutex);
   const ThreadId owner = g_owner.load();
-  if (owner != kNoThread && owner != ThisThread()) {
+  if (owner != kNoThread && owner != ThisThread() &&
+      (!HandedBackSoon(lock, owner) || g_owner.load() != kNoThread)) {
     Refuse(what, owner);
   }
 }

@@ -155,23 +155,6 @@ def test_threads_taking_turns_under_a_lock_train_as_eager(lazy: torch.device) ->
             torch.testing.assert_close(a, b)
 
 
-def test_threads_training_at_once_train_as_eager_or_are_refused(lazy: torch.device) -> None:
-    # Before threads were refused, most such runs ended in internal errors
-    # ("Expected tensor_data to be true") or parameters unlike eager's.
-    for _ in range(3):
-        results, expected = _train_on_threads(lazy, range(2), None)
-        for index, want in enumerate(expected):
-            got = results[index]
-            if isinstance(got, BaseException):
-                cause = got if REFUSED.search(str(got)) else got.__cause__
-                assert cause is not None and REFUSED.search(str(cause)), repr(got)
-                continue
-            assert isinstance(got, list)
-            for a, b in zip(got, want, strict=True):
-                torch.testing.assert_close(a, b)
-        lazyfuse.mark_step()
-
-
 def test_a_step_closure_on_a_background_thread_reads_the_loss(lazy: torch.device) -> None:
     x = torch.randn(5, 3)
     seen: list[float] = []
