@@ -359,15 +359,16 @@ void LazyFuseGraphExecutor::RegisterTensor(std::shared_ptr<torch::lazy::LazyTens
     return;
   }
   const torch::lazy::BackendDevice device = data->device;
-  ClaimTracing(node->op().ToString(), [&] {
-    for (const auto& tensor : GetLiveTensors(&device)) {
-      if (tensor->CurrentDataHandle() == nullptr &&
-          AddsToGraph(tensor->CurrentIrValue().node.get())) {
-        return true;
-      }
-    }
-    return false;
-  });
+  ClaimTracing([node] { return node->op().ToString(); },
+               [&] {
+                 for (const auto& tensor : GetLiveTensors(&device)) {
+                   if (tensor->CurrentDataHandle() == nullptr &&
+                       AddsToGraph(tensor->CurrentIrValue().node.get())) {
+                     return true;
+                   }
+                 }
+                 return false;
+               });
   torch::lazy::LazyGraphExecutor::RegisterTensor(std::move(data));
 }
 

@@ -85,7 +85,8 @@ class TracingRefused : public std::runtime_error {
 
 }  // namespace
 
-void ClaimTracing(const std::string& what, const std::function<bool()>& any_pending) {
+void ClaimTracing(const std::function<std::string()>& what,
+                  const std::function<bool()>& any_pending) {
   const ThreadId self = ThisThread();
   if (g_owner.load(std::memory_order_relaxed) == self || InBackwardPass()) {
     return;
@@ -94,7 +95,7 @@ void ClaimTracing(const std::string& what, const std::function<bool()>& any_pend
   const ThreadId owner = g_owner.load();
   if (owner != kNoThread && owner != self && any_pending() &&
       (!HandedBackSoon(lock, owner) || g_owner.load() != kNoThread)) {
-    Refuse(what, owner);
+    Refuse(what(), owner);
   }
   // Counted so that a test sees one claim per thread, not one per op: the
   // check above walks every live tensor.

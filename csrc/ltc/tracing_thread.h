@@ -19,10 +19,12 @@
 
 namespace lazyfuse {
 
-// Called before the calling thread records `what` (an op's name) on the
-// device. `any_pending` tells whether some live lazy tensor still has a
-// pending value; it is asked only when another thread owns the device.
-void ClaimTracing(const std::string& what, const std::function<bool()>& any_pending);
+// Called before the calling thread records an op on the device, once per
+// lazy tensor made (a hot path): `what` names the op and `any_pending` tells
+// whether some live lazy tensor still has a pending value; both are asked
+// only when another thread owns the device.
+void ClaimTracing(const std::function<std::string()>& what,
+                  const std::function<bool()>& any_pending);
 
 // Called before the calling thread runs the pending step (`any_pending`: it
 // has one), by mark_step or a read.
